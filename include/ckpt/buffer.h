@@ -1,0 +1,77 @@
+#pragma once
+// Buffer: a view of bytes that keeps the memory it views alive.
+//
+// A Buffer is cheap to copy (a reference count). The memory behind it is
+// owned by a Storage: heap memory that ckpt allocated, a region of a mapped
+// file, or memory lent by a caller (numpy, torch) with a release callback.
+// The last Buffer that views a Storage releases it.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+namespace ckpt {
+
+enum class StorageKind { kHeap, kMapped, kLent };
+
+// Owner of one contiguous block of memory. Subclasses release the memory in
+// their destructor.
+class Storage {
+ public:
+  virtual ~Storage() = default;
+  virtual StorageKind kind() const = 0;
+  // Copies `dst.size()` bytes starting at `src` (which lies inside this
+  // storage) into `dst`. File-backed storages override this to read from the
+  // file with positioned reads, which is faster than faulting the mapping in.
+  virtual void copy_out(const std::byte* src, std::span<std::byte> dst) const;
+};
+
+class Buffer {
+ public:
+  // An empty buffer (size 0, no storage).
+  Buffer() = default;
+
+  // Heap memory of `size` bytes, 64-byte aligned, uninitialized, writable.
+  static Buffer allocate(size_t size);
+  // Heap memory holding a copy of `bytes`.
+  static Buffer copy_of(std::span<const std::byte> bytes);
+  // Memory owned by someone else; `release` runs when the last Buffer viewing
+  // it is gone (it may be empty when the caller keeps the memory alive).
+  static Buffer lend(std::span<const std::byte> bytes, std::function<void()> release);
+  // A view of `bytes`, which must lie inside `storage`.
+  static Buffer view(std::shared_ptr<const Storage> storage, std::span<const std::byte> bytes);
+
+  const std::byte* data() const noexcept { return data_; }
+  size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+
+  // Writable access; only heap buffers that ckpt allocated are writable.
+  // Throws Error{kInvalidArgument} for mapped or lent memory.
+  std::span<std::byte> mutable_bytes();
+  bool writable() const noexcept;
+
+  // The bytes [offset, offset + size) of this buffer, sharing its storage.
+  // Throws Error{kInvalidArgument} if the range does not lie inside.
+  Buffer slice(size_t offset, size_t size) const;
+
+  // Copies the bytes into `dst` (dst.size() must equal size()), by the
+  // fastest path the storage has (positioned reads for mapped files).
+  void copy_to(std::span<std::byte> dst) const;
+
+  // Heap, mapped or lent; kHeap for an empty buffer.
+  StorageKind kind() const noexcept;
+  const std::shared_ptr<const Storage>& storage() const noexcept { return storage_; }
+
+ private:
+  Buffer(std::shared_ptr<const Storage> storage, const std::byte* data, size_t size)
+      : storage_(std::move(storage)), data_(data), size_(size) {}
+
+  std::shared_ptr<const Storage> storage_;
+  const std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace ckpt

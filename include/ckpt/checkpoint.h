@@ -1,0 +1,44 @@
+#pragma once
+// The front door: save, load, open, detect and convert, over every registered
+// format. No history management here (see the manager for that).
+
+#include <filesystem>
+
+#include "ckpt/format.h"
+#include "ckpt/tree.h"
+
+namespace ckpt {
+
+// Writes `tree` to `path` atomically: to a temporary name in the same
+// directory, synced, renamed into place, the directory synced. On any failure
+// an earlier file at `path` is untouched and no temporary is left behind.
+// The format is options.format, else the one `path`'s extension names, else
+// safetensors.
+// Throws Error{kUnsupported} if the format cannot hold the tree,
+// {kIo} if the operating system refuses.
+void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options = {});
+
+// Returns the tree of `path`; tensors map the file lazily and keep the
+// mapping alive. Throws Error{kNotFound} if `path` does not exist,
+// {kUnsupported} if no format recognizes it, {kCorrupt} if it fails
+// validation (or, with options.verify, a checksum).
+Tree load(const std::filesystem::path& path, const LoadOptions& options = {});
+
+// As load(), with everything the file says about itself: format, metadata,
+// tensors in file order, checksums.
+Contents open(const std::filesystem::path& path, const LoadOptions& options = {});
+
+// The format of `path` by content (the extension only breaks ties).
+// Throws Error{kNotFound} / {kUnsupported}.
+const Format& detect(const std::filesystem::path& path);
+
+// Full validation of `path`, every stored checksum included. Returns the
+// contents on success; throws Error{kCorrupt} naming the first defect.
+Contents verify(const std::filesystem::path& path);
+
+// Reads `src` and writes it to `dst` (format from options as in save()).
+// Tensors are copied bit-exact.
+void convert(const std::filesystem::path& src, const std::filesystem::path& dst,
+             const SaveOptions& options = {});
+
+}  // namespace ckpt

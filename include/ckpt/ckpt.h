@@ -1,0 +1,11 @@
+#pragma once
+// The whole public API of ckpt.
+
+#include "ckpt/buffer.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/dtype.h"
+#include "ckpt/error.h"
+#include "ckpt/format.h"
+#include "ckpt/registry.h"
+#include "ckpt/tensor.h"
+#include "ckpt/tree.h"

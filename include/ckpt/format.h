@@ -1,0 +1,107 @@
+#pragma once
+// Format: the interface every checkpoint format implements (safetensors, npz,
+// npy, and later torch, tf, flax, orbax). Formats are registered explicitly in
+// one place, src/formats/registry.cc; see registry.h.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/dtype.h"
+#include "ckpt/tree.h"
+
+namespace ckpt {
+
+// String key/value pairs stored beside the tensors (safetensors' __metadata__
+// minus ckpt's own key).
+using Metadata = std::map<std::string, std::string>;
+
+// Per-tensor checksum written by save() and checked by verify.
+enum class ChecksumKind { kNone, kXxh3, kCrc32c };
+
+// One stored tensor, in file order.
+struct EntryInfo {
+  std::string name;     // the leaf's dotted name in the tree
+  DType dtype;
+  Shape shape;
+  uint64_t offset = 0;  // byte offset of the data in the file (0 if not applicable)
+  uint64_t nbytes = 0;
+};
+
+// What reading a checkpoint gives: the tree (tensors viewing the mapped file),
+// and what the file says about itself.
+struct Contents {
+  std::string format;               // the id of the format that read it
+  Tree tree;
+  Metadata metadata;                // user metadata
+  std::vector<EntryInfo> entries;   // tensors in file order
+  ChecksumKind checksum = ChecksumKind::kNone;
+  std::map<std::string, std::string> checksums;  // name → hex digest, where stored
+  int format_version = 0;           // ckpt's own extras version; 0 for plain files
+};
+
+struct LoadOptions {
+  // Read as this format id instead of detecting it; empty: detect.
+  std::string format;
+  // Check every stored checksum (reads every byte). Throws Error{kCorrupt}
+  // naming the first tensor whose bytes disagree.
+  bool verify = false;
+};
+
+struct SaveOptions {
+  // Format id ("safetensors", "npz", ...); empty: from the path's extension,
+  // safetensors when the extension names no format.
+  std::string format;
+  // Store ckpt's extras (the full tree, format version, checksums) where the
+  // format has room for them. Off: plain files, byte-identical to the
+  // reference writers' (for safetensors: huggingface's `safetensors`).
+  bool extras = true;
+  ChecksumKind checksum = ChecksumKind::kXxh3;
+  Metadata metadata;
+  // fsync the file and its directory before the rename / after it.
+  bool fsync = true;
+  // Threads for the positioned writes; 0 picks min(hardware threads, 4).
+  unsigned threads = 0;
+};
+
+struct FormatCapabilities {
+  bool read = false;
+  bool write = false;
+  bool nested_tree = false;     // keeps non-tensor leaves, lists, integer keys
+  bool checksums = false;
+  bool single_tensor = false;   // holds exactly one tensor (npy)
+};
+
+class Format {
+ public:
+  virtual ~Format() = default;
+
+  // Short id used by --to and in inspect --json: "safetensors", "npz", "npy".
+  virtual std::string_view id() const = 0;
+  virtual std::string_view description() const = 0;
+  // File name extensions with the dot, used as a hint only: {".safetensors"}.
+  virtual std::vector<std::string_view> extensions() const = 0;
+  virtual FormatCapabilities capabilities() const = 0;
+  // The dtypes the format can store.
+  virtual std::vector<DType> dtypes() const = 0;
+
+  // True if the file starting with `head` (its first bytes, up to 4096; the
+  // whole file if shorter) is in this format. `file_size` is the full size.
+  virtual bool detect(std::span<const std::byte> head, uint64_t file_size) const = 0;
+
+  // Reads `path` lazily: tensors view a mapping of the file.
+  // Throws Error{kCorrupt} (naming the file, entry and offset) if validation fails.
+  virtual Contents read(const std::filesystem::path& path, const LoadOptions& options) const = 0;
+
+  // Writes `tree` to `path` atomically (temporary name, sync, rename).
+  // Throws Error{kUnsupported} if the tree holds what the format cannot.
+  virtual void write(const std::filesystem::path& path, const Tree& tree,
+                     const SaveOptions& options) const = 0;
+};
+
+}  // namespace ckpt

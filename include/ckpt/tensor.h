@@ -1,0 +1,79 @@
+#pragma once
+// Tensor: a dtype, a shape and a Buffer holding the elements in row-major
+// (C) order, little-endian.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "ckpt/buffer.h"
+#include "ckpt/dtype.h"
+
+namespace ckpt {
+
+// Dimensions, outermost first. An empty shape is a 0-d tensor (one element);
+// a zero among the dimensions makes an empty tensor.
+using Shape = std::vector<int64_t>;
+
+// Returns the number of elements of `shape`.
+// Throws Error{kInvalidArgument} for a negative dimension, or if the element
+// count or its byte size (times `element_size`) overflows 64 bits.
+uint64_t checked_numel(std::span<const int64_t> shape, size_t element_size = 1);
+
+class Tensor {
+ public:
+  // A 0-d float32 tensor whose buffer is empty; only useful as a placeholder.
+  Tensor() = default;
+  // Throws Error{kInvalidArgument} unless buffer.size() equals the byte size
+  // of dtype × shape.
+  Tensor(DType dtype, Shape shape, Buffer buffer);
+
+  // Uninitialized heap memory.
+  static Tensor empty(DType dtype, Shape shape);
+  static Tensor zeros(DType dtype, Shape shape);
+  // A heap copy of `bytes` (whose size must match).
+  static Tensor from_bytes(DType dtype, Shape shape, std::span<const std::byte> bytes);
+  // Convenience for tests and examples: a tensor holding `values`.
+  template <class T>
+  static Tensor from_values(DType dtype, Shape shape, std::span<const T> values) {
+    return from_bytes(dtype, std::move(shape), std::as_bytes(values));
+  }
+
+  DType dtype() const noexcept { return dtype_; }
+  const Shape& shape() const noexcept { return shape_; }
+  size_t ndim() const noexcept { return shape_.size(); }
+  uint64_t numel() const noexcept;
+  size_t nbytes() const noexcept { return buffer_.size(); }
+
+  const Buffer& buffer() const noexcept { return buffer_; }
+  std::span<const std::byte> bytes() const noexcept { return buffer_.bytes(); }
+  // Throws Error{kInvalidArgument} unless the buffer is writable heap memory.
+  std::span<std::byte> mutable_bytes() { return buffer_.mutable_bytes(); }
+
+  // Typed access. Throws Error{kInvalidArgument} if sizeof(T) differs from
+  // the dtype's size or the data is not aligned for T.
+  template <class T>
+  std::span<const T> values() const {
+    check_access(sizeof(T), alignof(T));
+    return {reinterpret_cast<const T*>(buffer_.data()), static_cast<size_t>(numel())};
+  }
+
+  // A copy in fresh heap memory that no longer refers to any file.
+  Tensor copy() const;
+  // Materializes the elements into caller memory of exactly nbytes().
+  void read_into(std::span<std::byte> dst) const { buffer_.copy_to(dst); }
+
+  // Same dtype, same shape, same bytes.
+  bool equals(const Tensor& other) const;
+  // True if both tensors view the same bytes of one storage (tied weights).
+  bool same_memory(const Tensor& other) const noexcept;
+
+ private:
+  void check_access(size_t element_size, size_t alignment) const;
+
+  DType dtype_ = DType::kFloat32;
+  Shape shape_;
+  Buffer buffer_;
+};
+
+}  // namespace ckpt

@@ -1,0 +1,60 @@
+#include "ckpt/dtype.h"
+
+#include <array>
+
+#include "ckpt/error.h"
+
+namespace ckpt {
+namespace {
+
+// Codes: safetensors from tensor.rs's Dtype; numpy descrs from
+// numpy/lib/format.py (little-endian); torch names from torch/_tensor_str and
+// storage classes from torch/storage.py; TensorFlow codes from
+// tensorflow/core/framework/types.proto.
+constexpr std::array<DTypeInfo, 17> kDTypes = {{
+    {DType::kBool, "bool", 1, "BOOL", "|b1", "bool", "BoolStorage", 10},
+    {DType::kInt8, "int8", 1, "I8", "|i1", "int8", "CharStorage", 6},
+    {DType::kInt16, "int16", 2, "I16", "<i2", "int16", "ShortStorage", 5},
+    {DType::kInt32, "int32", 4, "I32", "<i4", "int32", "IntStorage", 3},
+    {DType::kInt64, "int64", 8, "I64", "<i8", "int64", "LongStorage", 9},
+    {DType::kUInt8, "uint8", 1, "U8", "|u1", "uint8", "ByteStorage", 4},
+    {DType::kUInt16, "uint16", 2, "U16", "<u2", "uint16", "", 17},
+    {DType::kUInt32, "uint32", 4, "U32", "<u4", "uint32", "", 22},
+    {DType::kUInt64, "uint64", 8, "U64", "<u8", "uint64", "", 23},
+    {DType::kFloat16, "float16", 2, "F16", "<f2", "float16", "HalfStorage", 19},
+    {DType::kBFloat16, "bfloat16", 2, "BF16", "", "bfloat16", "BFloat16Storage", 14},
+    {DType::kFloat32, "float32", 4, "F32", "<f4", "float32", "FloatStorage", 1},
+    {DType::kFloat64, "float64", 8, "F64", "<f8", "float64", "DoubleStorage", 2},
+    {DType::kComplex64, "complex64", 8, "C64", "<c8", "complex64", "ComplexFloatStorage", 8},
+    {DType::kComplex128, "complex128", 16, "C128", "<c16", "complex128", "ComplexDoubleStorage", 18},
+    {DType::kFloat8E4M3FN, "float8_e4m3fn", 1, "F8_E4M3", "", "float8_e4m3fn", "", 25},
+    {DType::kFloat8E5M2, "float8_e5m2", 1, "F8_E5M2", "", "float8_e5m2", "", 24},
+}};
+
+}  // namespace
+
+std::span<const DTypeInfo> all_dtypes() { return kDTypes; }
+
+const DTypeInfo& dtype_info(DType dtype) {
+  const auto index = static_cast<size_t>(dtype);
+  if (index >= kDTypes.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "invalid dtype value " + std::to_string(index));
+  }
+  return kDTypes[index];
+}
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.name == name) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+std::optional<DType> dtype_from_safetensors(std::string_view code) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.safetensors == code) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+}  // namespace ckpt

@@ -1,0 +1,116 @@
+#include "core/json_writer.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace ckpt::detail {
+
+void append_json_string(std::string& out, std::string_view value) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (u < 0x20) {
+          out += "\\u00";
+          out += kHex[u >> 4];
+          out += kHex[u & 15];
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+void JsonWriter::before_value() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (!first_.empty()) {
+    if (first_.back() == '0') out_ += ',';
+    first_.back() = '0';
+  }
+}
+
+void JsonWriter::begin_object() {
+  before_value();
+  out_ += '{';
+  first_ += '1';
+}
+
+void JsonWriter::end_object() {
+  out_ += '}';
+  first_.pop_back();
+}
+
+void JsonWriter::begin_array() {
+  before_value();
+  out_ += '[';
+  first_ += '1';
+}
+
+void JsonWriter::end_array() {
+  out_ += ']';
+  first_.pop_back();
+}
+
+void JsonWriter::key(std::string_view key) {
+  before_value();
+  append_json_string(out_, key);
+  out_ += ':';
+  after_key_ = true;
+}
+
+void JsonWriter::string(std::string_view value) {
+  before_value();
+  append_json_string(out_, value);
+}
+
+void JsonWriter::integer(int64_t value) {
+  before_value();
+  out_ += std::to_string(value);
+}
+
+void JsonWriter::unsigned_integer(uint64_t value) {
+  before_value();
+  out_ += std::to_string(value);
+}
+
+void JsonWriter::real(double value) {
+  if (std::isnan(value)) return string("nan");
+  if (std::isinf(value)) return string(value > 0 ? "inf" : "-inf");
+  before_value();
+  char text[32];
+  auto result = std::to_chars(text, text + sizeof text, value);
+  std::string_view written(text, result.ptr - text);
+  out_ += written;
+  // Keep it a float when read back: "1" would read as an integer.
+  if (written.find_first_of(".eE") == std::string_view::npos) out_ += ".0";
+}
+
+void JsonWriter::boolean(bool value) {
+  before_value();
+  out_ += value ? "true" : "false";
+}
+
+void JsonWriter::null() {
+  before_value();
+  out_ += "null";
+}
+
+void JsonWriter::raw(std::string_view json) {
+  before_value();
+  out_ += json;
+}
+
+}  // namespace ckpt::detail

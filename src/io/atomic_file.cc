@@ -1,0 +1,168 @@
+#include "io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "ckpt/error.h"
+
+namespace ckpt::detail {
+namespace {
+
+// Writes are split into pieces of this size: large enough for full disk
+// bandwidth, small enough to keep checksumming in cache.
+constexpr size_t kChunkSize = size_t{8} << 20;
+
+std::atomic<int64_t> g_fault_budget{-1};
+
+// Consumes `bytes` of the injected-fault budget; true if this write must fail.
+bool fault_injected(size_t bytes) {
+  int64_t budget = g_fault_budget.load();
+  while (budget >= 0) {
+    if (budget < static_cast<int64_t>(bytes)) {
+      g_fault_budget.store(-1);
+      return true;
+    }
+    if (g_fault_budget.compare_exchange_weak(budget, budget - static_cast<int64_t>(bytes))) return false;
+  }
+  return false;
+}
+
+[[noreturn]] void throw_io(const std::filesystem::path& path, std::string_view what, int error,
+                           std::optional<uint64_t> offset = std::nullopt) {
+  const ErrorCode code = (error == ENOENT || error == ENOTDIR) ? ErrorCode::kNotFound : ErrorCode::kIo;
+  throw Error(code, std::string(what) + ": " + std::strerror(error), {.path = path, .offset = offset});
+}
+
+std::string random_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device device;
+  const uint64_t value = (uint64_t{device()} << 32) ^ device() ^ (counter++ << 8) ^ static_cast<uint64_t>(::getpid());
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+void sync_directory(const std::filesystem::path& directory, const std::filesystem::path& for_path) {
+  const int fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_io(for_path, "cannot open directory to sync it", errno);
+  const int result = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (result != 0 && error != EINVAL) throw_io(for_path, "cannot sync directory", error);
+}
+
+}  // namespace
+
+void inject_write_fault_after(int64_t bytes) { g_fault_budget.store(bytes); }
+
+AtomicFile::AtomicFile(std::filesystem::path final_path, AtomicFileOptions options)
+    : final_path_(std::move(final_path)), options_(options) {
+  if (final_path_.filename().empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "not a file path", {.path = final_path_});
+  }
+  const std::filesystem::path directory = final_path_.parent_path();
+  for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
+    temp_path_ = directory / ("." + final_path_.filename().string() + ".ckpt-tmp-" + random_suffix());
+    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno != EEXIST) throw_io(final_path_, "cannot create temporary file", errno);
+  }
+  if (fd_ < 0) throw Error(ErrorCode::kIo, "cannot create a unique temporary file", {.path = final_path_});
+}
+
+AtomicFile::~AtomicFile() { abandon(); }
+
+void AtomicFile::abandon() noexcept {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  if (!committed_ && !temp_path_.empty()) {
+    ::unlink(temp_path_.c_str());
+    temp_path_.clear();
+  }
+}
+
+void AtomicFile::resize(uint64_t size) {
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) throw_io(final_path_, "cannot size file", errno);
+}
+
+void AtomicFile::write_at(std::span<const std::byte> bytes, uint64_t offset) {
+  while (!bytes.empty()) {
+    const size_t chunk = std::min(bytes.size(), size_t{1} << 30);
+    if (fault_injected(chunk)) throw_io(final_path_, "write failed", ENOSPC, offset);
+    const ssize_t n = ::pwrite(fd_, bytes.data(), chunk, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_io(final_path_, "write failed", errno, offset);
+    if (n == 0) throw_io(final_path_, "write made no progress", ENOSPC, offset);
+    bytes = bytes.subspan(static_cast<size_t>(n));
+    offset += static_cast<uint64_t>(n);
+  }
+}
+
+void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned threads) {
+  if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  uint64_t total = 0;
+  for (const WriteSpan& span : spans) total += span.bytes.size();
+  threads = static_cast<unsigned>(std::min<uint64_t>(threads, std::max<uint64_t>(1, total / kChunkSize)));
+
+  auto write_span = [this](const WriteSpan& span) {
+    size_t done = 0;
+    do {
+      const auto piece = span.bytes.subspan(done, std::min(kChunkSize, span.bytes.size() - done));
+      if (span.on_chunk) span.on_chunk(piece);
+      write_at(piece, span.offset + done);
+      done += piece.size();
+    } while (done < span.bytes.size());
+  };
+  if (threads <= 1) {
+    for (const WriteSpan& span : spans) write_span(span);
+    return;
+  }
+  // Spans are handed out in order; each is written whole by one thread.
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr first_error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (size_t i = next++; i < spans.size() && !failed; i = next++) {
+      try {
+        write_span(spans[i]);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& thread : pool) thread.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0 || committed_) throw Error(ErrorCode::kInvalidArgument, "file already committed or abandoned", {.path = final_path_});
+  if (options_.fsync && ::fsync(fd_) != 0) throw_io(final_path_, "cannot sync file", errno);
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    throw_io(final_path_, "cannot close file", errno);
+  }
+  fd_ = -1;
+  if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) throw_io(final_path_, "cannot rename into place", errno);
+  committed_ = true;
+  if (options_.fsync) sync_directory(final_path_.parent_path(), final_path_);
+}
+
+}  // namespace ckpt::detail

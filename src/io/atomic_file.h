@@ -1,0 +1,73 @@
+#pragma once
+// AtomicFile: writes a file under a temporary name beside its final path and
+// commits it with rename, so that a reader never sees a half-written file and
+// a failure never destroys an earlier one. Knows no format.
+//
+//   AtomicFile file(path, {.fsync = true});
+//   file.write_at(header, 0);
+//   file.write_parallel(chunks);
+//   file.commit();           // fsync, rename, fsync the directory
+//   // destructor without commit(): the temporary is removed
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ckpt::detail {
+
+struct AtomicFileOptions {
+  bool fsync = true;
+};
+
+// One positioned write: `bytes` go to `offset`. `on_chunk`, if set, sees each
+// piece of `bytes` in order just before it is written (for checksums while
+// the data is in cache).
+struct WriteSpan {
+  std::span<const std::byte> bytes;
+  uint64_t offset = 0;
+  std::function<void(std::span<const std::byte>)> on_chunk;
+};
+
+class AtomicFile {
+ public:
+  // Creates the temporary file "<dir>/.<name>.ckpt-tmp-<random>".
+  // Throws Error{kNotFound} if the directory does not exist, {kIo} otherwise.
+  AtomicFile(std::filesystem::path final_path, AtomicFileOptions options = {});
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  // Removes the temporary file unless commit() succeeded. Never throws.
+  ~AtomicFile();
+
+  // Sets the file's final size up front (sparse; avoids growth during writes).
+  void resize(uint64_t size);
+  // Writes all of `bytes` at `offset` (retrying short writes).
+  // Throws Error{kIo} naming the final path.
+  void write_at(std::span<const std::byte> bytes, uint64_t offset);
+  // Writes every span, split into large chunks spread over `threads` threads
+  // (0: min(hardware threads, 4)). Each span's chunks are written in order by
+  // one thread. Throws the first Error any thread hit.
+  void write_parallel(const std::vector<WriteSpan>& spans, unsigned threads = 0);
+  // fsync (if asked), rename onto the final path, fsync the directory.
+  void commit();
+
+  const std::filesystem::path& final_path() const { return final_path_; }
+  const std::filesystem::path& temp_path() const { return temp_path_; }
+
+ private:
+  void abandon() noexcept;
+  std::filesystem::path final_path_;
+  std::filesystem::path temp_path_;
+  AtomicFileOptions options_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Test hook: after `bytes` more bytes have been written through AtomicFile
+// (in this process), the next write fails as if the disk were full (ENOSPC).
+// A negative value switches the fault off.
+void inject_write_fault_after(int64_t bytes);
+
+}  // namespace ckpt::detail

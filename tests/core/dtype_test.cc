@@ -1,0 +1,65 @@
+#include "ckpt/dtype.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace ckpt {
+namespace {
+
+TEST(DTypeTest, NamesFollowNumpyAndMlDtypes) {
+  EXPECT_EQ(dtype_name(DType::kFloat32), "float32");
+  EXPECT_EQ(dtype_name(DType::kBFloat16), "bfloat16");
+  EXPECT_EQ(dtype_name(DType::kFloat8E4M3FN), "float8_e4m3fn");
+  EXPECT_EQ(dtype_name(DType::kFloat8E5M2), "float8_e5m2");
+  EXPECT_EQ(dtype_name(DType::kComplex128), "complex128");
+  EXPECT_EQ(dtype_name(DType::kBool), "bool");
+}
+
+TEST(DTypeTest, SizesMatchTheElementWidths) {
+  EXPECT_EQ(dtype_size(DType::kBool), 1u);
+  EXPECT_EQ(dtype_size(DType::kInt16), 2u);
+  EXPECT_EQ(dtype_size(DType::kUInt32), 4u);
+  EXPECT_EQ(dtype_size(DType::kInt64), 8u);
+  EXPECT_EQ(dtype_size(DType::kBFloat16), 2u);
+  EXPECT_EQ(dtype_size(DType::kComplex64), 8u);
+  EXPECT_EQ(dtype_size(DType::kComplex128), 16u);
+  EXPECT_EQ(dtype_size(DType::kFloat8E5M2), 1u);
+}
+
+TEST(DTypeTest, TableIsInEnumOrderAndCodesAreUnique) {
+  std::set<std::string_view> names, safetensors_codes;
+  std::set<int> tf_codes;
+  size_t index = 0;
+  for (const DTypeInfo& info : all_dtypes()) {
+    EXPECT_EQ(static_cast<size_t>(info.dtype), index++);
+    EXPECT_TRUE(names.insert(info.name).second) << info.name;
+    EXPECT_TRUE(safetensors_codes.insert(info.safetensors).second) << info.safetensors;
+    EXPECT_TRUE(tf_codes.insert(info.tf_code).second) << info.name;
+    EXPECT_EQ(dtype_from_name(info.name), info.dtype);
+    EXPECT_EQ(dtype_from_safetensors(info.safetensors), info.dtype);
+  }
+  EXPECT_EQ(index, 17u);
+}
+
+TEST(DTypeTest, FormatCodesFromTheirSources) {
+  // tensorflow/core/framework/types.proto
+  EXPECT_EQ(dtype_info(DType::kFloat32).tf_code, 1);
+  EXPECT_EQ(dtype_info(DType::kBFloat16).tf_code, 14);
+  EXPECT_EQ(dtype_info(DType::kFloat16).tf_code, 19);
+  // safetensors tensor.rs
+  EXPECT_EQ(dtype_info(DType::kFloat8E4M3FN).safetensors, "F8_E4M3");
+  EXPECT_EQ(dtype_info(DType::kUInt8).safetensors, "U8");
+  // numpy descr
+  EXPECT_EQ(dtype_info(DType::kFloat64).numpy_descr, "<f8");
+  EXPECT_EQ(dtype_info(DType::kBool).numpy_descr, "|b1");
+}
+
+TEST(DTypeTest, UnknownNamesAreNullopt) {
+  EXPECT_FALSE(dtype_from_name("float31").has_value());
+  EXPECT_FALSE(dtype_from_safetensors("F4").has_value());
+  EXPECT_FALSE(dtype_from_name("").has_value());
+}
+
+}  // namespace
+}  // namespace ckpt

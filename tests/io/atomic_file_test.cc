@@ -1,0 +1,174 @@
+#include "io/atomic_file.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "ckpt/error.h"
+#include "io/mapped_file.h"
+#include "support/temp_dir.h"
+
+namespace ckpt::detail {
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::span<const std::byte> bytes_of(std::string_view text) { return std::as_bytes(std::span(text.data(), text.size())); }
+
+TEST(AtomicFileTest, CommitRenamesIntoPlace) {
+  testing::TempDir dir;
+  {
+    AtomicFile file(dir / "out.bin");
+    file.write_at(bytes_of("world"), 6);
+    file.write_at(bytes_of("hello "), 0);
+    EXPECT_FALSE(std::filesystem::exists(dir / "out.bin")) << "nothing visible before commit";
+    file.commit();
+  }
+  EXPECT_EQ(read_file(dir / "out.bin"), "hello world");
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"out.bin"});
+}
+
+TEST(AtomicFileTest, AbandonedFileLeavesNoTemporaryAndKeepsTheOldOne) {
+  testing::TempDir dir;
+  std::ofstream(dir / "out.bin") << "old";
+  {
+    AtomicFile file(dir / "out.bin");
+    file.write_at(bytes_of("new contents"), 0);
+  }
+  EXPECT_EQ(read_file(dir / "out.bin"), "old");
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"out.bin"});
+}
+
+TEST(AtomicFileTest, MissingDirectoryIsNotFound) {
+  testing::TempDir dir;
+  try {
+    AtomicFile file(dir / "no" / "such" / "out.bin");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kNotFound);
+  }
+}
+
+TEST(AtomicFileTest, InjectedFaultFailsTheWriteWithIo) {
+  testing::TempDir dir;
+  std::ofstream(dir / "out.bin") << "old";
+  std::vector<std::byte> data(1 << 20, std::byte{7});
+  try {
+    AtomicFile file(dir / "out.bin");
+    inject_write_fault_after(1000);
+    file.write_parallel({WriteSpan{data, 0}, WriteSpan{data, data.size()}});
+    inject_write_fault_after(-1);
+    FAIL() << "the write should have failed";
+  } catch (const Error& error) {
+    inject_write_fault_after(-1);
+    EXPECT_EQ(error.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(error.what()).find("out.bin"), std::string::npos);
+  }
+  EXPECT_EQ(read_file(dir / "out.bin"), "old");
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"out.bin"});
+}
+
+TEST(AtomicFileTest, ParallelWritesLandAtTheirOffsetsAndSeeEveryChunk) {
+  testing::TempDir dir;
+  constexpr size_t kSpan = (size_t{8} << 20) + 123;  // more than one chunk
+  std::vector<std::vector<std::byte>> blocks;
+  for (int i = 0; i < 5; ++i) blocks.emplace_back(kSpan, std::byte(i + 1));
+  std::vector<size_t> seen(blocks.size(), 0);
+  std::vector<WriteSpan> spans;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    spans.push_back({blocks[i], i * kSpan, [&seen, i](std::span<const std::byte> chunk) { seen[i] += chunk.size(); }});
+  }
+  AtomicFile file(dir / "big.bin");
+  file.resize(blocks.size() * kSpan);
+  file.write_parallel(spans, 3);
+  file.commit();
+  auto mapped = MappedFile::open(dir / "big.bin");
+  ASSERT_EQ(mapped->size(), blocks.size() * kSpan);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(seen[i], kSpan);
+    EXPECT_EQ(mapped->bytes()[i * kSpan], std::byte(i + 1));
+    EXPECT_EQ(mapped->bytes()[(i + 1) * kSpan - 1], std::byte(i + 1));
+  }
+}
+
+// A real operating-system failure: the file-size limit makes write() fail
+// with EFBIG half-way through.
+TEST(AtomicFileTest, FileSizeLimitFailureKeepsThePreviousFile) {
+  testing::TempDir dir;
+  std::ofstream(dir / "out.bin") << "previous";
+  struct rlimit old_limit;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  std::vector<std::byte> data(1 << 16, std::byte{1});
+  bool threw = false;
+  try {
+    AtomicFile file(dir / "out.bin");
+    file.write_at(data, 0);
+    file.commit();
+  } catch (const Error& error) {
+    threw = true;
+    EXPECT_EQ(error.code(), ErrorCode::kIo);
+  }
+  setrlimit(RLIMIT_FSIZE, &old_limit);
+  signal(SIGXFSZ, old_handler);
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(read_file(dir / "out.bin"), "previous");
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"out.bin"});
+}
+
+TEST(MappedFileTest, SliceOutsideTheFileIsCorruptWithOffset) {
+  testing::TempDir dir;
+  std::ofstream(dir / "f") << "0123456789";
+  auto file = MappedFile::open(dir / "f");
+  EXPECT_EQ(file->size(), 10u);
+  Buffer inside = file->slice(2, 3);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(inside.data()), 3), "234");
+  EXPECT_EQ(inside.kind(), StorageKind::kMapped);
+  try {
+    file->slice(8, 3);
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
+    EXPECT_EQ(error.context().offset, 8u);
+  }
+}
+
+TEST(MappedFileTest, BuffersKeepTheMappingAliveAndCopyByPread) {
+  testing::TempDir dir;
+  std::ofstream(dir / "f") << "abcdefgh";
+  Buffer view;
+  {
+    auto file = MappedFile::open(dir / "f");
+    view = file->slice(4, 4);
+  }
+  std::array<std::byte, 4> out{};
+  view.copy_to(out);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(out.data()), 4), "efgh");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(view.data()), 4), "efgh");
+}
+
+TEST(MappedFileTest, MissingFileAndDirectory) {
+  testing::TempDir dir;
+  try {
+    MappedFile::open(dir / "absent");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kNotFound);
+    EXPECT_NE(std::string(error.what()).find("absent"), std::string::npos);
+  }
+  EXPECT_THROW(MappedFile::open(dir.path()), Error);
+}
+
+}  // namespace
+}  // namespace ckpt::detail
