@@ -1,0 +1,46 @@
+# ckpt: the two commands are `make demo` and `make test`; both install what
+# they need (scripts/install-deps, idempotent) and build first.
+
+BUILD      := build
+ASAN_BUILD := build-asan
+PYTHON     := .venv/bin/python
+JOBS       ?= $(shell nproc)
+# The parser tests that also run under AddressSanitizer + UBSan.
+ASAN_TESTS ?= *Safetensors*:*Npy*:*Npz*:*Zip*:*Numpy*:*Malformed*:*Tree*:*Tensor*:*Buffer*:*AtomicFile*:*MappedFile*:*Conformance*
+
+.PHONY: all deps build asan test test-cpp test-asan test-python demo bench clean
+
+all: build
+
+deps:
+	scripts/install-deps
+
+build: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS)
+
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=ON -DCKPT_BUILD_BENCH=OFF
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target ckpt_tests
+
+test: build asan
+	$(MAKE) --no-print-directory test-cpp test-asan test-python
+
+test-cpp:
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+test-asan:
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(ASAN_BUILD)/ckpt_tests --gtest_filter='$(ASAN_TESTS)' --gtest_brief=1
+
+test-python:
+	CKPT_TOOL=$(abspath $(BUILD))/ckpt $(PYTHON) -m pytest tests/interop -q
+
+demo: build
+	scripts/demo $(BUILD)/ckpt
+
+bench: build
+	$(BUILD)/ckpt_bench
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
