@@ -1,0 +1,213 @@
+// One conformance suite that every registered format runs (like tensorstore's
+// key-value store conformance tests): whatever a format can hold must come
+// back bit-exact through ckpt::save / ckpt::load, and a second save of what
+// was loaded must give the same bytes.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/error.h"
+#include "ckpt/registry.h"
+#include "support/temp_dir.h"
+
+namespace ckpt {
+namespace {
+
+// Deterministic pseudo-random bytes: every bit pattern (NaN payloads,
+// subnormals, negative zero) is exercised, not only "nice" values.
+Tensor random_tensor(DType dtype, Shape shape, uint32_t seed) {
+  Tensor tensor = Tensor::empty(dtype, std::move(shape));
+  std::mt19937 random(seed);
+  for (std::byte& b : tensor.mutable_bytes()) b = static_cast<std::byte>(random());
+  if (dtype == DType::kBool) {
+    for (std::byte& b : tensor.mutable_bytes()) b = static_cast<std::byte>(static_cast<int>(b) & 1);
+  }
+  return tensor;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class ConformanceTest : public ::testing::TestWithParam<const Format*> {
+ protected:
+  const Format& format() const { return *GetParam(); }
+  FormatCapabilities caps() const { return format().capabilities(); }
+  std::filesystem::path file(const std::string& stem) const {
+    const auto extensions = format().extensions();
+    return dir_ / (stem + std::string(extensions.empty() ? "" : extensions.front()));
+  }
+
+  // Saves, loads, checks equality, saves the loaded tree again and checks
+  // the bytes are identical (all ckpt writers are deterministic).
+  Tree round_trip(const Tree& tree, const std::string& stem = "x") {
+    const auto path = file(stem);
+    save(path, tree, {.format = std::string(format().id())});
+    Tree loaded = load(path);
+    EXPECT_TRUE(loaded == tree) << format().id() << ": tree differs after a round trip";
+    const auto again = file(stem + "-again");
+    save(again, loaded, {.format = std::string(format().id())});
+    EXPECT_EQ(read_file(path), read_file(again)) << format().id() << ": second save differs";
+    return loaded;
+  }
+
+  // Wraps `tensor` as the format's simplest container.
+  Tree holder(const std::string& name, Tensor tensor) const {
+    if (caps().single_tensor) return Tree(std::move(tensor));
+    Tree tree = Tree::map();
+    tree.set(name, std::move(tensor));
+    return tree;
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_P(ConformanceTest, EveryDTypeTheFormatHolds) {
+  if (!caps().write) GTEST_SKIP() << "read-only format";
+  uint32_t seed = 1;
+  for (DType dtype : format().dtypes()) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    round_trip(holder("t", random_tensor(dtype, {3, 5}, seed++)), std::string(dtype_name(dtype)));
+  }
+}
+
+TEST_P(ConformanceTest, ZeroDimensionalEmptyAndZeroSizeTensors) {
+  if (!caps().write) GTEST_SKIP() << "read-only format";
+  for (const Shape& shape : {Shape{}, Shape{0}, Shape{3, 0, 2}, Shape{1, 1, 1, 1, 1}}) {
+    round_trip(holder("t", random_tensor(DType::kFloat32, shape, 7)));
+  }
+}
+
+TEST_P(ConformanceTest, UnicodeAndDottedNames) {
+  if (!caps().write || caps().single_tensor) GTEST_SKIP() << "format holds no names";
+  Tree tree = Tree::map();
+  tree.set("encoder.layers.0.weight", random_tensor(DType::kFloat32, {2, 2}, 1));
+  tree.set("décodeur.层.0", random_tensor(DType::kFloat16, {3}, 2));
+  tree.set("emoji 🙂 name", random_tensor(DType::kInt32, {1}, 3));
+  Tree loaded = round_trip(tree);
+  EXPECT_TRUE(loaded.at("décodeur.层.0").tensor().equals(tree.at("décodeur.层.0").tensor()));
+}
+
+TEST_P(ConformanceTest, NestedTreesWithEveryLeafKind) {
+  if (!caps().write || !caps().nested_tree) GTEST_SKIP() << "format holds flat tensor maps only";
+  Tree model = Tree::map();
+  model.set("layer.0.weight", random_tensor(DType::kFloat32, {4, 3}, 1));
+  model.set("layer.0.bias", random_tensor(DType::kBFloat16, {4}, 2));
+  Tree slot = Tree::map();
+  slot.set("step", random_tensor(DType::kFloat32, {}, 3));
+  slot.set("exp_avg", random_tensor(DType::kFloat32, {4, 3}, 4));
+  Tree per_param = Tree::map();
+  per_param.set(int64_t{0}, slot);
+  Tree group = Tree::map();
+  group.set("lr", 0.001);
+  Tree params = Tree::list();
+  params.push_back(int64_t{0});
+  params.push_back(int64_t{1});
+  group.set("params", params);
+  group.set("nesterov", false);
+  Tree groups = Tree::list();
+  groups.push_back(group);
+  Tree optimizer = Tree::map();
+  optimizer.set("state", per_param);
+  optimizer.set("param_groups", groups);
+  Tree state = Tree::map();
+  state.set("model", model);
+  state.set("optimizer", optimizer);
+  state.set("epoch", int64_t{3});
+  state.set("big", int64_t{-9223372036854775807 - 1});
+  state.set("nan", std::numeric_limits<double>::quiet_NaN());
+  state.set("neg_zero", -0.0);
+  state.set("name", std::string("run \"7\"\n"));
+  state.set("blob", Bytes{std::string("\x00\xff\x10", 3)});
+  state.set("nothing", Tree());
+  state.set("empty_map", Tree::map());
+  state.set("empty_list", Tree::list());
+  Tree loaded = round_trip(state);
+  EXPECT_EQ(loaded.at("optimizer.param_groups.0.lr").real(), 0.001);
+  EXPECT_NE(loaded.at("optimizer.state").find(int64_t{0}), nullptr) << "integer key kept";
+}
+
+TEST_P(ConformanceTest, CollidingNamesRoundTrip) {
+  if (!caps().write || !caps().nested_tree) GTEST_SKIP() << "format holds flat tensor maps only";
+  Tree inner = Tree::map();
+  inner.set("b", random_tensor(DType::kFloat32, {2}, 1));
+  Tree tree = Tree::map();
+  tree.set("a.b", random_tensor(DType::kFloat32, {2}, 2));
+  tree.set("a", inner);
+  round_trip(tree);
+}
+
+TEST_P(ConformanceTest, TenThousandTensors) {
+  if (!caps().write || caps().single_tensor) GTEST_SKIP() << "format holds one tensor";
+  Tree tree = Tree::map();
+  for (int i = 0; i < 10000; ++i) {
+    tree.set("layers." + std::to_string(i) + ".w", random_tensor(DType::kFloat32, {3}, static_cast<uint32_t>(i)));
+  }
+  Tree loaded = round_trip(tree);
+  EXPECT_EQ(loaded.tensor_leaves().size(), 10000u);
+}
+
+TEST_P(ConformanceTest, TiedTensorsLoadEqual) {
+  if (!caps().write || caps().single_tensor) GTEST_SKIP() << "format holds one tensor";
+  Tensor shared = random_tensor(DType::kFloat32, {8, 4}, 9);
+  Tree tree = Tree::map();
+  tree.set("embed.weight", shared);
+  tree.set("lm_head.weight", shared);
+  Tree loaded = round_trip(tree);
+  EXPECT_TRUE(loaded.at("embed.weight").tensor().equals(loaded.at("lm_head.weight").tensor()));
+}
+
+TEST_P(ConformanceTest, DetectsItsOwnFilesWhateverTheName) {
+  if (!caps().write) GTEST_SKIP() << "read-only format";
+  const auto path = dir_ / "no_extension";
+  save(path, holder("t", random_tensor(DType::kInt64, {2}, 5)), {.format = std::string(format().id())});
+  EXPECT_EQ(detect(path).id(), format().id());
+}
+
+TEST_P(ConformanceTest, LoadedTensorsOutliveNothingButThemselves) {
+  if (!caps().write) GTEST_SKIP() << "read-only format";
+  const Tensor original = random_tensor(DType::kFloat64, {64}, 11);
+  const auto path = file("life");
+  save(path, holder("t", original), {.format = std::string(format().id())});
+  Tensor kept;
+  {
+    Tree loaded = load(path);
+    kept = caps().single_tensor ? loaded.tensor() : loaded.at("t").tensor();
+  }
+  EXPECT_TRUE(kept.equals(original));
+}
+
+TEST_P(ConformanceTest, TruncatedFilesAreRejectedCleanly) {
+  if (!caps().write) GTEST_SKIP() << "read-only format";
+  const auto path = file("cut");
+  save(path, holder("t", random_tensor(DType::kFloat32, {16}, 3)), {.format = std::string(format().id())});
+  const std::string bytes = read_file(path);
+  for (size_t keep : {size_t{0}, size_t{1}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(keep));
+    try {
+      load(path, {.format = std::string(format().id())});
+      ADD_FAILURE() << "a file cut to " << keep << " bytes loaded";
+    } catch (const Error& error) {
+      EXPECT_TRUE(error.code() == ErrorCode::kCorrupt || error.code() == ErrorCode::kUnsupported)
+          << error.what();
+      EXPECT_NE(std::string(error.what()).find(path.filename().string()), std::string::npos) << error.what();
+    }
+  }
+}
+
+std::string format_name(const ::testing::TestParamInfo<const Format*>& info) {
+  return std::string(info.param->id());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFormats, ConformanceTest,
+                         ::testing::ValuesIn(formats().begin(), formats().end()), format_name);
+
+}  // namespace
+}  // namespace ckpt
