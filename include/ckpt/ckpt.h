@@ -3,6 +3,7 @@
 
 #include "ckpt/buffer.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/diff.h"
 #include "ckpt/dtype.h"
 #include "ckpt/error.h"
 #include "ckpt/format.h"

@@ -45,6 +45,10 @@ const Format& detect(const std::filesystem::path& path) {
     for (const Format* format : formats()) {
       if (format->capabilities().read && format->detect(head.head, head.size)) return *format;
     }
+    // No format accepts the bytes, but the name says what the file should be:
+    // let that format's reader name the defect (a truncated .safetensors is
+    // corrupt, not "some unknown format").
+    if (hinted && hinted->capabilities().read) return *hinted;
     throw Error(ErrorCode::kUnsupported, "not a checkpoint in any known format (" +
                                              std::to_string(head.size) + " bytes)");
   });

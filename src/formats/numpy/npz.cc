@@ -1,0 +1,116 @@
+// .npz: a zip archive whose members are "<key>.npy" files. Read: stored
+// members are views of the mapping, deflated ones are inflated. Write: stored
+// members, laid out like np.savez (byte-identical with extras off; with
+// extras on, each member's data is 64-byte aligned by a padding extra field).
+
+#include <algorithm>
+#include <cstring>
+
+#include "ckpt/error.h"
+#include "formats/numpy/npy_layout.h"
+#include "formats/zip/zip_reader.h"
+#include "formats/zip/zip_writer.h"
+#include "io/atomic_file.h"
+#include "io/mapped_file.h"
+
+namespace ckpt::numpy_detail {
+namespace {
+
+constexpr std::string_view kMemberSuffix = ".npy";
+// Python's zipfile uses zip64 for sizes and offsets above 2^31 - 1 (its
+// ZIP64_LIMIT); np.savez forces a zip64 extra field into every local header.
+constexpr uint64_t kPythonZip64Limit = (uint64_t{1} << 31) - 1;
+// ckpt's own npz files align every member's data (and so, with the .npy
+// header a multiple of 64, every array) to this.
+constexpr uint32_t kMemberAlignment = 64;
+
+std::string_view kind_name(Tree::Kind kind) {
+  switch (kind) {
+    case Tree::Kind::kNone: return "none";
+    case Tree::Kind::kBool: return "bool";
+    case Tree::Kind::kInt: return "integer";
+    case Tree::Kind::kFloat: return "float";
+    case Tree::Kind::kString: return "string";
+    case Tree::Kind::kBytes: return "bytes";
+    case Tree::Kind::kTensor: return "tensor";
+    case Tree::Kind::kMap: return "map";
+    case Tree::Kind::kList: return "list";
+  }
+  return "value";
+}
+
+}  // namespace
+
+Contents read_npz(const std::filesystem::path& path, const LoadOptions& options) {
+  std::shared_ptr<const detail::MappedFile> file = detail::MappedFile::open(path);
+  const zip_detail::ZipReader zip(file);
+  Contents contents;
+  contents.format = "npz";
+  contents.tree = Tree::map();
+  contents.entries.reserve(zip.entries().size());
+  for (const zip_detail::ZipEntry& member : zip.entries()) {
+    const std::string_view name = member.name;
+    if (name.size() < kMemberSuffix.size() || !name.ends_with(kMemberSuffix)) {
+      throw Error(ErrorCode::kUnsupported,
+                  "member is not an .npy file (an .npz holds only \"<key>.npy\" members)",
+                  {.path = path, .entry = member.name, .offset = member.local_header_offset});
+    }
+    std::string key(name.substr(0, name.size() - kMemberSuffix.size()));
+    const bool stored = member.method == zip_detail::kMethodStored;
+    const NpyLocation where{
+        .path = path,
+        .entry = member.name,
+        .file_offset = stored ? std::optional<uint64_t>(member.data_offset) : std::nullopt,
+    };
+    const Buffer npy = zip.read(member, {.verify_crc = options.verify});
+    const NpyHeader header = parse_npy_header(npy.bytes(), where);
+    Tensor tensor = npy_tensor(header, npy, where);
+    contents.entries.push_back({
+        .name = key,
+        .dtype = tensor.dtype(),
+        .shape = tensor.shape(),
+        .offset = stored ? member.data_offset + header.data_offset : 0,
+        .nbytes = tensor.nbytes(),
+    });
+    contents.tree.set(std::move(key), Tree(std::move(tensor)));
+  }
+  return contents;
+}
+
+void write_npz(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
+  zip_detail::ZipWriter zip({
+      .alignment = options.extras ? kMemberAlignment : 1,
+      .zip64_limit = kPythonZip64Limit,
+      .force_zip64_local = true,
+      .threads = options.threads,
+  });
+  for (const Tree::Leaf& leaf : tree.leaves()) {
+    if (!leaf.value->is_tensor()) {
+      throw Error(ErrorCode::kUnsupported,
+                  "npz holds only tensors, and this leaf is a " + std::string(kind_name(leaf.value->kind())) +
+                      " (save to safetensors to keep non-tensor leaves)",
+                  {.path = path, .entry = leaf.name});
+    }
+    if (leaf.name.find('\0') != std::string::npos) {
+      throw Error(ErrorCode::kUnsupported, "a tensor name with a NUL byte cannot be an npz key",
+                  {.path = path, .entry = leaf.name});
+    }
+    const Tensor& tensor = leaf.value->tensor();
+    if (tensor.nbytes() != tensor.numel() * dtype_size(tensor.dtype())) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor's buffer does not match its dtype and shape",
+                  {.path = path, .entry = leaf.name});
+    }
+    std::string header;
+    try {
+      header = format_npy_header(tensor.dtype(), tensor.shape());
+    } catch (Error& error) {
+      throw error.with_path(path).with_entry(leaf.name);
+    }
+    zip.add(leaf.name + std::string(kMemberSuffix), std::move(header), tensor.buffer());
+  }
+  detail::AtomicFile file(path, {.fsync = options.fsync});
+  zip.write(file);
+  file.commit();
+}
+
+}  // namespace ckpt::numpy_detail

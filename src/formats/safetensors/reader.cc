@@ -1,0 +1,485 @@
+#include "formats/safetensors/reader.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "ckpt/error.h"
+#include "core/checksum.h"
+#include "formats/safetensors/layout.h"
+#include "formats/tree_json.h"
+#include "io/mapped_file.h"
+
+namespace ckpt::safetensors_detail {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+// One tensor as the header declares it, before validation.
+struct HeaderEntry {
+  std::string_view name;  // views the parser's document
+  size_t rank = 0;        // index into kReferenceDTypes
+  Shape shape;
+  bool dimension_too_large = false;  // a dimension above INT64_MAX (ckpt's Shape)
+  bool size_overflows = false;       // numel × bits overflows 64 bits
+  uint64_t nbits = 0;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+// simdjson parsers keep their buffers from one document to the next; reusing
+// one per thread (and purpose) spares allocating and faulting in megabytes
+// per file. Buffers grown past kRetainedParserCapacity are released after use.
+constexpr size_t kRetainedParserCapacity = size_t{16} << 20;
+
+class ReusedParser {
+ public:
+  enum Slot { kHeader, kExtras };
+  explicit ReusedParser(Slot slot) : parser_(parsers()[slot]) {}
+  ReusedParser(const ReusedParser&) = delete;
+  ReusedParser& operator=(const ReusedParser&) = delete;
+  ~ReusedParser() {
+    if (parser_.capacity() > kRetainedParserCapacity) parser_ = simdjson::dom::parser();
+  }
+  simdjson::dom::parser* operator->() { return &parser_; }
+
+ private:
+  static std::array<simdjson::dom::parser, 2>& parsers() {
+    thread_local std::array<simdjson::dom::parser, 2> instances;
+    return instances;
+  }
+  simdjson::dom::parser& parser_;
+};
+
+struct Header {
+  uint64_t length = 0;  // N
+  std::vector<HeaderEntry> entries;
+  std::vector<std::pair<std::string_view, std::string_view>> metadata;
+  std::optional<std::string_view> ckpt_value;  // __metadata__["ckpt"]
+};
+
+class Reader {
+ public:
+  Reader(const std::filesystem::path& path, const LoadOptions& options) : path_(path), options_(options) {}
+
+  Contents read() {
+    file_ = detail::MappedFile::open(path_);
+    Header header = parse_header();
+    data_start_ = kHeaderLengthSize + header.length;
+    std::vector<HeaderEntry*> order = validate_layout(header);
+    refuse_unsupported(order);
+
+    Contents contents;
+    contents.format = "safetensors";
+    std::vector<Tensor> tensors;
+    tensors.reserve(order.size());
+    contents.entries.reserve(order.size());
+    for (HeaderEntry* entry : order) {
+      const DType dtype = *dtype_from_safetensors(kReferenceDTypes[entry->rank].code);
+      const uint64_t offset = data_start_ + entry->begin;
+      const uint64_t size = entry->end - entry->begin;
+      contents.entries.push_back(EntryInfo{std::string(entry->name), dtype, entry->shape, offset, size});
+      tensors.emplace_back(dtype, std::move(entry->shape), file_->slice(offset, size));
+    }
+    for (const auto& [key, value] : header.metadata) {
+      if (key != kCkptKey) contents.metadata.emplace(key, value);
+    }
+    if (header.ckpt_value) {
+      read_extras(*header.ckpt_value, tensors, contents);
+    } else {
+      contents.tree = Tree::map();
+      for (size_t i = 0; i < tensors.size(); ++i) contents.tree.set(contents.entries[i].name, std::move(tensors[i]));
+      if (contents.tree.size() != tensors.size()) fail_on_duplicate_name(contents.entries);
+    }
+    return contents;
+  }
+
+ private:
+  [[noreturn]] void fail(std::string message, std::string_view entry = {},
+                         std::optional<uint64_t> offset = std::nullopt) const {
+    throw Error(ErrorCode::kCorrupt, std::move(message),
+                {.path = path_, .entry = std::string(entry), .offset = offset});
+  }
+  [[noreturn]] void fail_header(std::string message, std::string_view entry = {}) const {
+    fail(std::move(message), entry, kHeaderLengthSize);
+  }
+
+  // Duplicate names are found where an index of names is built anyway (the
+  // flat tree, the extras' name index); this names the first repeated one.
+  [[noreturn]] void fail_on_duplicate_name(const std::vector<EntryInfo>& entries) const {
+    std::unordered_set<std::string_view> seen;
+    for (const EntryInfo& entry : entries) {
+      if (!seen.insert(entry.name).second) fail_header("duplicate tensor name", entry.name);
+    }
+    fail_header("duplicate tensor name");
+  }
+
+  // ---- header: length, UTF-8, JSON, types (SafeTensors::read_metadata) ----
+
+  Header parse_header() {
+    const std::span<const std::byte> bytes = file_->bytes();
+    if (bytes.size() < kHeaderLengthSize) {
+      fail("file of " + std::to_string(bytes.size()) + " bytes is shorter than the 8-byte header length", {}, 0);
+    }
+    Header header;
+    for (size_t i = 0; i < kHeaderLengthSize; ++i) header.length |= uint64_t(bytes[i]) << (8 * i);
+    if (header.length > kMaxHeaderSize) {
+      fail("header length " + std::to_string(header.length) + " exceeds the limit of " +
+               std::to_string(kMaxHeaderSize) + " bytes",
+           {}, 0);
+    }
+    if (header.length > bytes.size() - kHeaderLengthSize) {
+      fail("header length " + std::to_string(header.length) + " runs past the end of the file (" +
+               std::to_string(bytes.size()) + " bytes)",
+           {}, 0);
+    }
+    const auto* text = reinterpret_cast<const char*>(bytes.data() + kHeaderLengthSize);
+    const size_t length = static_cast<size_t>(header.length);
+    if (!simdjson::validate_utf8(text, length)) fail_header("header is not valid UTF-8");
+
+    element root;
+    if (const auto error = parser_->parse(text, length).get(root)) {
+      fail_header(std::string("header is not valid JSON: ") + simdjson::error_message(error));
+    }
+    object fields;
+    if (root.get_object().get(fields)) fail_header("header is not a JSON object");
+
+    header.entries.reserve(fields.size());
+    bool seen_metadata = false;
+    for (const simdjson::dom::key_value_pair field : fields) {
+      if (field.key == kMetadataKey) {
+        if (seen_metadata) fail_header("duplicate key \"__metadata__\"");
+        seen_metadata = true;
+        parse_metadata(field.value, header);
+        continue;
+      }
+      header.entries.push_back(parse_entry(field.key, field.value));
+    }
+    return header;
+  }
+
+  void parse_metadata(const element& value, Header& header) const {
+    if (value.is_null()) return;  // serde reads null as Option::None
+    object metadata;
+    if (value.get_object().get(metadata)) fail_header("\"__metadata__\" is not a JSON object");
+    std::unordered_set<std::string_view> keys;
+    for (const simdjson::dom::key_value_pair field : metadata) {
+      std::string_view text;
+      if (field.value.get_string().get(text)) {
+        fail_header("metadata value is not a string", "__metadata__." + std::string(field.key));
+      }
+      if (!keys.insert(field.key).second) {
+        fail_header("duplicate metadata key", "__metadata__." + std::string(field.key));
+      }
+      if (field.key == kCkptKey) header.ckpt_value = text;
+      header.metadata.emplace_back(field.key, text);
+    }
+  }
+
+  // A JSON integer in 0..2^64-1, as serde reads `usize`.
+  bool read_unsigned(const element& value, uint64_t& out) const {
+    const element_type type = value.type();
+    if (type != element_type::INT64 && type != element_type::UINT64) return false;
+    return !value.get_uint64().get(out);
+  }
+
+  HeaderEntry parse_entry(std::string_view name, const element& value) const {
+    object info;
+    if (value.get_object().get(info)) fail_header("tensor info is not a JSON object", name);
+    HeaderEntry entry;
+    entry.name = name;
+    bool has_dtype = false, has_shape = false, has_offsets = false;
+    for (const simdjson::dom::key_value_pair field : info) {
+      if (field.key == kDTypeField) {
+        if (has_dtype) fail_header("duplicate field \"dtype\"", name);
+        has_dtype = true;
+        std::string_view code;
+        if (field.value.get_string().get(code)) fail_header("\"dtype\" is not a string", name);
+        const std::optional<size_t> rank = reference_rank(code);
+        if (!rank) fail_header("unknown dtype \"" + std::string(code) + "\"", name);
+        entry.rank = *rank;
+      } else if (field.key == kShapeField) {
+        if (has_shape) fail_header("duplicate field \"shape\"", name);
+        has_shape = true;
+        parse_shape(field.value, entry);
+      } else if (field.key == kOffsetsField) {
+        if (has_offsets) fail_header("duplicate field \"data_offsets\"", name);
+        has_offsets = true;
+        simdjson::dom::array offsets;
+        if (field.value.get_array().get(offsets) || offsets.size() != 2 ||
+            !read_unsigned(offsets.at(0).value_unsafe(), entry.begin) ||
+            !read_unsigned(offsets.at(1).value_unsafe(), entry.end)) {
+          fail_header("\"data_offsets\" is not an array of two non-negative integers", name);
+        }
+      }
+      // Other fields are ignored, as serde ignores unknown fields.
+    }
+    if (!has_dtype) fail_header("missing field \"dtype\"", name);
+    if (!has_shape) fail_header("missing field \"shape\"", name);
+    if (!has_offsets) fail_header("missing field \"data_offsets\"", name);
+    // Checked arithmetic as Metadata::validate does it: numel, then bits.
+    uint64_t numel = 1;
+    for (int64_t dimension : entry.shape) {
+      entry.size_overflows |= __builtin_mul_overflow(numel, static_cast<uint64_t>(dimension), &numel);
+    }
+    entry.size_overflows |= __builtin_mul_overflow(numel, uint64_t{kReferenceDTypes[entry.rank].bits}, &entry.nbits);
+    return entry;
+  }
+
+  void parse_shape(const element& value, HeaderEntry& entry) const {
+    simdjson::dom::array dimensions;
+    if (value.get_array().get(dimensions)) fail_header("\"shape\" is not an array", entry.name);
+    entry.shape.reserve(dimensions.size());
+    for (const element dimension : dimensions) {
+      uint64_t size;
+      if (!read_unsigned(dimension, size)) {
+        fail_header("\"shape\" holds something other than a non-negative integer", entry.name);
+      }
+      if (size > uint64_t(std::numeric_limits<int64_t>::max())) entry.dimension_too_large = true;
+      entry.shape.push_back(static_cast<int64_t>(size));
+    }
+  }
+
+  // ---- layout (Metadata::validate and the file size check) ----
+
+  std::vector<HeaderEntry*> validate_layout(Header& header) const {
+    std::vector<HeaderEntry*> order;
+    order.reserve(header.entries.size());
+    for (HeaderEntry& entry : header.entries) order.push_back(&entry);
+    // By data_offsets as the reference sorts; header order breaks ties
+    // (zero-size tensors share an offset).
+    std::stable_sort(order.begin(), order.end(), [](const HeaderEntry* a, const HeaderEntry* b) {
+      return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+    });
+    uint64_t start = 0;
+    for (const HeaderEntry* entry : order) {
+      const std::string offsets = "data_offsets [" + std::to_string(entry->begin) + ", " + std::to_string(entry->end) + "]";
+      if (entry->begin != start || entry->end < entry->begin) {
+        std::string why;
+        if (entry->end < entry->begin) {
+          why = "end before begin";
+        } else if (start == 0) {
+          why = "the data must start at offset 0";
+        } else if (entry->begin > start) {
+          why = "hole of " + std::to_string(entry->begin - start) + " bytes after the previous tensor";
+        } else {
+          why = "overlaps the previous tensor, which ends at " + std::to_string(start);
+        }
+        fail("invalid " + offsets + ": " + why, entry->name, checked_file_offset(entry->begin));
+      }
+      start = entry->end;
+      if (entry->size_overflows) {
+        fail("shape × dtype size overflows 64 bits", entry->name, checked_file_offset(entry->begin));
+      }
+      if (entry->nbits % 8 != 0) {
+        fail(std::to_string(entry->nbits) + " bits of " + std::string(kReferenceDTypes[entry->rank].code) +
+                 " do not end on a byte boundary",
+             entry->name, checked_file_offset(entry->begin));
+      }
+      if (entry->end - entry->begin != entry->nbits / 8) {
+        fail(offsets + " hold " + std::to_string(entry->end - entry->begin) + " bytes, but " +
+                 std::string(kReferenceDTypes[entry->rank].code) + " × shape needs " + std::to_string(entry->nbits / 8),
+             entry->name, checked_file_offset(entry->begin));
+      }
+    }
+    uint64_t expected_size;
+    if (__builtin_add_overflow(start, data_start_, &expected_size)) {
+      fail("data_offsets end at " + std::to_string(start) + ", beyond any file size");
+    }
+    if (expected_size != file_->size()) {
+      if (expected_size < file_->size()) {
+        fail(std::to_string(file_->size() - expected_size) + " trailing bytes after the last tensor", {}, expected_size);
+      }
+      fail("data is shorter than declared: tensors need " + std::to_string(expected_size) +
+               " bytes of file, it has " + std::to_string(file_->size()),
+           {}, file_->size());
+    }
+    return order;
+  }
+
+  std::optional<uint64_t> checked_file_offset(uint64_t data_offset) const {
+    uint64_t offset;
+    if (__builtin_add_overflow(data_start_, data_offset, &offset)) return std::nullopt;
+    return offset;
+  }
+
+  void refuse_unsupported(const std::vector<HeaderEntry*>& order) const {
+    for (const HeaderEntry* entry : order) {
+      const std::string_view code = kReferenceDTypes[entry->rank].code;
+      if (!dtype_from_safetensors(code)) {
+        throw Error(ErrorCode::kUnsupported, "dtype " + std::string(code) + " has no ckpt dtype",
+                    {.path = path_, .entry = std::string(entry->name), .offset = data_start_ + entry->begin});
+      }
+      if (entry->dimension_too_large) {
+        throw Error(ErrorCode::kUnsupported, "a dimension exceeds ckpt's limit of 2^63-1",
+                    {.path = path_, .entry = std::string(entry->name), .offset = data_start_ + entry->begin});
+      }
+    }
+  }
+
+  // ---- ckpt's extras ----
+
+  void read_extras(std::string_view value, std::vector<Tensor>& tensors, Contents& contents) {
+    const std::string entry = "__metadata__." + std::string(kCkptKey);
+    auto bad = [&](const std::string& message) { fail_header("ckpt metadata: " + message, entry); };
+    ReusedParser parser(ReusedParser::kExtras);
+    element root;
+    if (const auto error = parser->parse(value.data(), value.size()).get(root)) {
+      bad(std::string("not valid JSON: ") + simdjson::error_message(error));
+    }
+    object fields;
+    if (root.get_object().get(fields)) bad("not a JSON object");
+    std::optional<element> version, tree, checksum, checksums, dtypes;
+    for (const simdjson::dom::key_value_pair field : fields) {
+      std::optional<element>* slot = field.key == kVersionField     ? &version
+                                     : field.key == kTreeField      ? &tree
+                                     : field.key == kChecksumField  ? &checksum
+                                     : field.key == kChecksumsField ? &checksums
+                                     : field.key == kDTypesField    ? &dtypes
+                                                                    : nullptr;
+      if (slot == nullptr) continue;  // fields of later minor additions are ignored
+      if (*slot) bad("duplicate field \"" + std::string(field.key) + "\"");
+      *slot = field.value;
+    }
+    int64_t version_number = 0;
+    if (!version || version->type() != element_type::INT64 || version->get_int64().get(version_number) ||
+        version_number < 1) {
+      bad("\"version\" is missing or not a positive integer");
+    }
+    if (version_number > kCkptVersion) {
+      throw Error(ErrorCode::kUnsupported,
+                  "written by a newer ckpt (extras version " + std::to_string(version_number) +
+                      ", this reader knows up to " + std::to_string(kCkptVersion) + ")",
+                  {.path = path_, .entry = entry});
+    }
+    if (!tree) bad("\"tree\" is missing");
+    contents.format_version = static_cast<int>(version_number);
+
+    std::unordered_map<std::string_view, size_t> index;
+    index.reserve(contents.entries.size());
+    for (size_t i = 0; i < contents.entries.size(); ++i) {
+      if (!index.emplace(contents.entries[i].name, i).second) fail_on_duplicate_name(contents.entries);
+    }
+    auto find = [&](std::string_view name, std::string_view what) {
+      const auto found = index.find(name);
+      if (found == index.end()) bad(std::string(what) + " names tensor \"" + std::string(name) + "\", which is not in the file");
+      return found->second;
+    };
+
+    if (dtypes) apply_dtype_overrides(*dtypes, tensors, contents, find, bad);
+    if (checksum) read_checksums(*checksum, checksums, tensors, contents, find, bad);
+
+    std::vector<bool> used(tensors.size(), false);
+    const detail::TensorResolver resolve = [&](std::string_view name) -> Tensor {
+      const size_t i = find(name, "the tree");
+      if (used[i]) bad("the tree names tensor \"" + std::string(name) + "\" twice");
+      used[i] = true;
+      return std::move(tensors[i]);
+    };
+    try {
+      contents.tree = detail::tree_from_json(*tree, resolve);
+    } catch (Error& error) {
+      if (!error.context().path.empty()) throw;
+      fail_header("ckpt metadata: " + error.message(), error.context().entry);
+    }
+    for (size_t i = 0; i < used.size(); ++i) {
+      if (!used[i]) bad("tensor \"" + contents.entries[i].name + "\" is missing from the tree");
+    }
+  }
+
+  template <class Find, class Bad>
+  void apply_dtype_overrides(const element& value, std::vector<Tensor>& tensors, Contents& contents, Find& find,
+                             Bad& bad) const {
+    object overrides;
+    if (value.get_object().get(overrides)) bad("\"dtypes\" is not an object");
+    std::unordered_set<std::string_view> seen;
+    for (const simdjson::dom::key_value_pair field : overrides) {
+      const size_t i = find(field.key, "\"dtypes\"");
+      if (!seen.insert(field.key).second) bad("\"dtypes\" names a tensor twice");
+      std::string_view name;
+      if (field.value.get_string().get(name) || dtype_from_name(name) != DType::kComplex128) {
+        bad("\"dtypes\" may only hold \"complex128\" (for \"" + std::string(field.key) + "\")");
+      }
+      EntryInfo& info = contents.entries[i];
+      if (info.dtype != DType::kFloat64 || info.shape.empty() || info.shape.back() != 2) {
+        bad("complex128 tensor \"" + info.name + "\" is not stored as F64 with a last dimension of 2");
+      }
+      info.dtype = DType::kComplex128;
+      info.shape.pop_back();
+      tensors[i] = Tensor(DType::kComplex128, info.shape, tensors[i].buffer());
+    }
+  }
+
+  template <class Find, class Bad>
+  void read_checksums(const element& kind_value, const std::optional<element>& sums_value,
+                      const std::vector<Tensor>& tensors, Contents& contents, Find& find, Bad& bad) const {
+    std::string_view kind_name;
+    if (kind_value.get_string().get(kind_name)) bad("\"checksum\" is not a string");
+    const ChecksumKind kind = detail::checksum_from_name(kind_name);  // kUnsupported if unknown
+    if (kind == ChecksumKind::kNone) return;
+    object sums;
+    if (!sums_value || sums_value->get_object().get(sums)) bad("\"checksums\" is missing or not an object");
+    const size_t width = detail::checksum_hex_width(kind);
+    for (const simdjson::dom::key_value_pair field : sums) {
+      find(field.key, "\"checksums\"");
+      std::string_view hex;
+      if (field.value.get_string().get(hex) || hex.size() != width ||
+          hex.find_first_not_of("0123456789abcdef") != std::string_view::npos) {
+        bad("checksum of \"" + std::string(field.key) + "\" is not " + std::to_string(width) + " lower-case hex digits");
+      }
+      if (!contents.checksums.emplace(field.key, hex).second) bad("\"checksums\" names a tensor twice");
+    }
+    if (contents.checksums.size() != tensors.size()) bad("\"checksums\" does not cover every tensor");
+    contents.checksum = kind;
+    if (!options_.verify) return;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const EntryInfo& info = contents.entries[i];
+      const std::string actual = detail::checksum_hex(kind, tensors[i].bytes());
+      const std::string& stored = contents.checksums.at(info.name);
+      if (actual != stored) {
+        fail("checksum mismatch: stored " + std::string(kind_name) + " " + stored + ", the data gives " + actual,
+             info.name, info.offset);
+      }
+    }
+  }
+
+  const std::filesystem::path& path_;
+  const LoadOptions& options_;
+  std::shared_ptr<const detail::MappedFile> file_;
+  ReusedParser parser_{ReusedParser::kHeader};
+  uint64_t data_start_ = 0;
+};
+
+}  // namespace
+
+bool detect_header(std::span<const std::byte> head, uint64_t file_size) {
+  if (head.size() < kHeaderLengthSize || file_size < kHeaderLengthSize) return false;
+  uint64_t length = 0;
+  for (size_t i = 0; i < kHeaderLengthSize; ++i) length |= uint64_t(head[i]) << (8 * i);
+  if (length > kMaxHeaderSize || length > file_size - kHeaderLengthSize) return false;
+  const size_t end = static_cast<size_t>(std::min<uint64_t>(head.size(), kHeaderLengthSize + length));
+  for (size_t i = kHeaderLengthSize; i < end; ++i) {
+    const char c = static_cast<char>(head[i]);
+    if (c == '{') return true;
+    if (!is_json_whitespace(c)) return false;
+  }
+  return false;
+}
+
+Contents read_file(const std::filesystem::path& path, const LoadOptions& options) {
+  Reader reader(path, options);
+  return reader.read();
+}
+
+}  // namespace ckpt::safetensors_detail

@@ -1,0 +1,306 @@
+#include "formats/safetensors/writer.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "ckpt/error.h"
+#include "core/checksum.h"
+#include "core/json_writer.h"
+#include "formats/safetensors/layout.h"
+#include "formats/tree_json.h"
+#include "io/atomic_file.h"
+
+namespace ckpt::safetensors_detail {
+namespace {
+
+// One tensor as it will be laid out in the file.
+struct PlannedTensor {
+  const std::string* name;  // the leaf's unique dotted name
+  const Tensor* tensor;
+  size_t rank;              // index into kReferenceDTypes
+  bool complex_pairs;       // complex128 stored as F64 with a trailing 2
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+[[noreturn]] void unsupported(std::string message, std::string_view entry = {}) {
+  throw Error(ErrorCode::kUnsupported, std::move(message), {.entry = std::string(entry)});
+}
+
+bool valid_utf8(std::string_view text) { return simdjson::validate_utf8(text.data(), text.size()); }
+
+// JSON string escaping without the quotes; escaping works per character, so
+// escaping pieces one by one gives the escape of their concatenation.
+std::string escaped(std::string_view text) {
+  std::string out;
+  detail::append_json_string(out, text);
+  return out.substr(1, out.size() - 2);
+}
+
+// Without extras the file holds only what safetensors holds: a map of names
+// to tensors. Nested maps with string keys become dotted names (read back as
+// one flat map); everything else is refused. Fills `names` with the plain
+// dotted names, to detect collisions.
+void check_plain(const Tree& node, const std::string& name, std::unordered_set<std::string>& names) {
+  const std::string where = name.empty() ? std::string("the root") : "'" + name + "'";
+  switch (node.kind()) {
+    case Tree::Kind::kTensor:
+      if (!names.insert(name).second) {
+        unsupported("two leaves are named '" + name + "'; only ckpt's extras can keep them apart", name);
+      }
+      return;
+    case Tree::Kind::kMap:
+      if (node.size() == 0 && !name.empty()) {
+        unsupported("empty map at " + where + " cannot be stored without ckpt's extras", name);
+      }
+      for (const TreeEntry& entry : node.entries()) {
+        const auto* key = std::get_if<std::string>(&entry.key);
+        if (key == nullptr) {
+          unsupported("integer key " + key_to_string(entry.key) + " in " + where +
+                          " cannot be stored without ckpt's extras (SaveOptions.extras)",
+                      name);
+        }
+        check_plain(entry.value, name.empty() ? *key : name + "." + *key, names);
+      }
+      return;
+    case Tree::Kind::kList:
+      unsupported("list at " + where + " cannot be stored without ckpt's extras (SaveOptions.extras)", name);
+    default:
+      unsupported("non-tensor leaf at " + where + " cannot be stored without ckpt's extras (SaveOptions.extras)",
+                  name);
+  }
+}
+
+std::vector<PlannedTensor> plan_layout(const std::vector<Tree::Leaf>& leaves, bool extras) {
+  std::vector<PlannedTensor> plan;
+  plan.reserve(leaves.size());
+  for (const Tree::Leaf& leaf : leaves) {
+    if (!valid_utf8(leaf.name)) unsupported("tensor name is not valid UTF-8", leaf.name);
+    if (leaf.name == kMetadataKey) unsupported("a tensor cannot be named \"__metadata__\" in safetensors", leaf.name);
+    const Tensor& tensor = leaf.value->tensor();
+    PlannedTensor planned{&leaf.name, &tensor, 0, false};
+    std::string_view code = dtype_info(tensor.dtype()).safetensors;
+    if (tensor.dtype() == DType::kComplex128) {
+      if (!extras) unsupported("safetensors has no complex128; save with ckpt's extras to keep it", leaf.name);
+      code = kComplex128StorageCode;
+      planned.complex_pairs = true;
+    }
+    const std::optional<size_t> rank = reference_rank(code);
+    if (!rank) unsupported("safetensors has no code for dtype " + std::string(dtype_name(tensor.dtype())), leaf.name);
+    planned.rank = *rank;
+    plan.push_back(planned);
+  }
+  // tensor.rs prepare(): dtype descending (enum order), then name ascending
+  // (Rust's str Ord is bytewise, as std::string's compare is).
+  std::sort(plan.begin(), plan.end(), [](const PlannedTensor& a, const PlannedTensor& b) {
+    return a.rank != b.rank ? a.rank > b.rank : *a.name < *b.name;
+  });
+  uint64_t offset = 0;
+  for (PlannedTensor& planned : plan) {
+    planned.begin = offset;
+    if (__builtin_add_overflow(offset, uint64_t{planned.tensor->nbytes()}, &offset)) {
+      unsupported("tensors total more than 2^64 bytes");
+    }
+    planned.end = offset;
+  }
+  return plan;
+}
+
+// {"name": "hex", ...} in file order.
+std::string checksums_json(const std::vector<PlannedTensor>& plan, const std::vector<std::string>& digests) {
+  detail::JsonWriter out;
+  out.begin_object();
+  for (size_t i = 0; i < plan.size(); ++i) {
+    out.key(*plan[i].name);
+    out.string(digests[i]);
+  }
+  out.end_object();
+  return out.take();
+}
+
+// The header text, and where in it the escaped checksums object lies.
+struct HeaderText {
+  std::string text;
+  size_t checksums_at = 0;
+  size_t checksums_size = 0;
+};
+
+class HeaderBuilder {
+ public:
+  HeaderBuilder(const Tree& tree, const std::vector<Tree::Leaf>& leaves, const std::vector<PlannedTensor>& plan,
+                const SaveOptions& options)
+      : tree_(tree), leaves_(leaves), plan_(plan), options_(options) {}
+
+  // The whole header, padded; `digests` fill the checksums object (file order).
+  HeaderText build(const std::vector<std::string>& digests) const {
+    HeaderText header;
+    detail::JsonWriter out;
+    out.begin_object();
+    if (!options_.metadata.empty() || options_.extras) {
+      out.key(kMetadataKey);
+      out.begin_object();
+      for (const auto& [key, value] : options_.metadata) {
+        out.key(key);
+        out.string(value);
+      }
+      if (options_.extras) {
+        out.key(kCkptKey);
+        const std::string prefix = escaped(extras_prefix());
+        const std::string sums = checksummed() ? escaped(checksums_json(plan_, digests)) : std::string();
+        header.checksums_at = out.text().size() + 1 + prefix.size();
+        header.checksums_size = sums.size();
+        out.raw("\"" + prefix + sums + escaped(extras_suffix()) + "\"");
+      }
+      out.end_object();
+    }
+    for (const PlannedTensor& planned : plan_) {
+      out.key(*planned.name);
+      out.begin_object();
+      out.key(kDTypeField);
+      out.string(kReferenceDTypes[planned.rank].code);
+      out.key(kShapeField);
+      out.begin_array();
+      for (int64_t dimension : planned.tensor->shape()) out.integer(dimension);
+      if (planned.complex_pairs) out.integer(2);
+      out.end_array();
+      out.key(kOffsetsField);
+      out.begin_array();
+      out.unsigned_integer(planned.begin);
+      out.unsigned_integer(planned.end);
+      out.end_array();
+      out.end_object();
+    }
+    out.end_object();
+    header.text = out.take();
+    const size_t padded = (header.text.size() + kHeaderAlignment - 1) / kHeaderAlignment * kHeaderAlignment;
+    header.text.resize(padded, kHeaderPadding);
+    return header;
+  }
+
+  bool checksummed() const { return options_.extras && options_.checksum != ChecksumKind::kNone; }
+
+ private:
+  // The ckpt document up to its checksums object.
+  std::string extras_prefix() const {
+    detail::JsonWriter out;
+    out.begin_object();
+    out.key(kVersionField);
+    out.integer(kCkptVersion);
+    out.key(kTreeField);
+    detail::write_tree_json(out, tree_, leaves_);
+    if (checksummed()) {
+      out.key(kChecksumField);
+      out.string(detail::checksum_name(options_.checksum));
+      out.key(kChecksumsField);
+    }
+    return out.take();
+  }
+
+  // What follows the checksums object: the dtype overrides, the closing brace.
+  std::string extras_suffix() const {
+    std::string suffix;
+    bool first = true;
+    for (const PlannedTensor& planned : plan_) {
+      if (!planned.complex_pairs) continue;
+      if (first) {
+        suffix += ',';
+        detail::append_json_string(suffix, kDTypesField);
+        suffix += ":{";
+      } else {
+        suffix += ',';
+      }
+      first = false;
+      detail::append_json_string(suffix, *planned.name);
+      suffix += ':';
+      detail::append_json_string(suffix, dtype_name(DType::kComplex128));
+    }
+    if (!first) suffix += '}';
+    return suffix + "}";
+  }
+
+  const Tree& tree_;
+  const std::vector<Tree::Leaf>& leaves_;
+  const std::vector<PlannedTensor>& plan_;
+  const SaveOptions& options_;
+};
+
+void check_metadata(const Metadata& metadata) {
+  for (const auto& [key, value] : metadata) {
+    if (key == kCkptKey) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "metadata key \"" + std::string(kCkptKey) + "\" is reserved for ckpt's extras",
+                  {.entry = "__metadata__." + key});
+    }
+    if (!valid_utf8(key) || !valid_utf8(value)) {
+      unsupported("metadata is not valid UTF-8", "__metadata__." + key);
+    }
+  }
+}
+
+}  // namespace
+
+void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
+  check_metadata(options.metadata);
+  if (!options.extras) {
+    if (!tree.is_map()) {
+      unsupported("without ckpt's extras safetensors holds a map of names to tensors, not a " +
+                  std::string(tree.is_list() ? "list" : "leaf"));
+    }
+    std::unordered_set<std::string> names;
+    check_plain(tree, "", names);
+  }
+  const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
+  const std::vector<PlannedTensor> plan = plan_layout(leaves, options.extras);
+  const HeaderBuilder builder(tree, leaves, plan, options);
+  const size_t digest_width = detail::checksum_hex_width(options.checksum);
+  HeaderText header = builder.build(std::vector<std::string>(plan.size(), std::string(digest_width, '0')));
+  if (header.text.size() > kMaxHeaderSize) {
+    unsupported("header of " + std::to_string(header.text.size()) + " bytes exceeds safetensors' limit of " +
+                std::to_string(kMaxHeaderSize));
+  }
+  const uint64_t data_start = kHeaderLengthSize + header.text.size();
+  const uint64_t data_size = plan.empty() ? 0 : plan.back().end;
+
+  detail::AtomicFile file(path, {.fsync = options.fsync});
+  file.resize(data_start + data_size);
+  std::vector<detail::Checksummer> sums;
+  if (builder.checksummed()) {
+    sums.reserve(plan.size());
+    for (size_t i = 0; i < plan.size(); ++i) sums.emplace_back(options.checksum);
+  }
+  std::vector<detail::WriteSpan> spans;
+  spans.reserve(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (plan[i].tensor->nbytes() == 0) continue;
+    detail::WriteSpan span{plan[i].tensor->bytes(), data_start + plan[i].begin, nullptr};
+    if (builder.checksummed()) {
+      span.on_chunk = [summer = &sums[i]](std::span<const std::byte> piece) { summer->update(piece); };
+    }
+    spans.push_back(std::move(span));
+  }
+  file.write_parallel(spans, options.threads);
+
+  if (builder.checksummed()) {
+    std::vector<std::string> digests;
+    digests.reserve(plan.size());
+    for (const detail::Checksummer& summer : sums) digests.push_back(summer.hex());
+    const std::string sums_text = escaped(checksums_json(plan, digests));
+    if (sums_text.size() != header.checksums_size) {
+      throw Error(ErrorCode::kInvalidArgument, "internal: checksum digests changed the header length");
+    }
+    std::memcpy(header.text.data() + header.checksums_at, sums_text.data(), sums_text.size());
+  }
+  std::string prefix(kHeaderLengthSize, '\0');
+  const uint64_t length = header.text.size();
+  for (size_t i = 0; i < kHeaderLengthSize; ++i) prefix[i] = static_cast<char>(length >> (8 * i));
+  file.write_at(std::as_bytes(std::span(prefix)), 0);
+  file.write_at(std::as_bytes(std::span(header.text)), kHeaderLengthSize);
+  file.commit();
+}
+
+}  // namespace ckpt::safetensors_detail

@@ -1,0 +1,236 @@
+// ckpt diff A B [--json] [--atol X]: compares two checkpoints leaf by leaf
+// (ckpt::diff); exit 0 if they are identical, 1 if they differ.
+
+#include "ckpt/diff.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "ckpt/checkpoint.h"
+#include "commands.h"
+#include "core/json_writer.h"
+#include "output.h"
+
+namespace ckpt::tool {
+namespace {
+
+struct DiffArguments {
+  std::string a;
+  std::string b;
+  bool json = false;
+  double atol = 0.0;
+};
+
+std::string number_text(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", value);
+  return text;
+}
+
+void write_names(detail::JsonWriter& json, std::string_view key,
+                 const std::vector<std::string>& names) {
+  json.key(key);
+  json.begin_array();
+  for (const std::string& name : names) json.string(name);
+  json.end_array();
+}
+
+void print_json(const DiffArguments& arguments, const DiffReport& report) {
+  detail::JsonWriter json;
+  json.begin_object();
+  json.key("identical");
+  json.boolean(report.identical());
+  json.key("a");
+  json.string(arguments.a);
+  json.key("b");
+  json.string(arguments.b);
+  json.key("atol");
+  json.real(arguments.atol);
+  json.key("compared");
+  json.unsigned_integer(report.compared);
+  write_names(json, "only_in_a", report.only_in_a);
+  write_names(json, "only_in_b", report.only_in_b);
+  json.key("kind_mismatched");
+  json.begin_array();
+  for (const KindMismatch& mismatch : report.kind_mismatched) {
+    json.begin_object();
+    json.key("name");
+    json.string(mismatch.name);
+    json.key("a");
+    json.string(tree_kind_name(mismatch.a));
+    json.key("b");
+    json.string(tree_kind_name(mismatch.b));
+    json.end_object();
+  }
+  json.end_array();
+  json.key("dtype_mismatched");
+  json.begin_array();
+  for (const DTypeMismatch& mismatch : report.dtype_mismatched) {
+    json.begin_object();
+    json.key("name");
+    json.string(mismatch.name);
+    json.key("a");
+    json.string(dtype_name(mismatch.a));
+    json.key("b");
+    json.string(dtype_name(mismatch.b));
+    json.end_object();
+  }
+  json.end_array();
+  json.key("shape_mismatched");
+  json.begin_array();
+  for (const ShapeMismatch& mismatch : report.shape_mismatched) {
+    json.begin_object();
+    json.key("name");
+    json.string(mismatch.name);
+    json.key("a");
+    write_shape_json(json, mismatch.a);
+    json.key("b");
+    write_shape_json(json, mismatch.b);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("value_differences");
+  json.begin_array();
+  for (const TensorDifference& difference : report.value_differences) {
+    json.begin_object();
+    json.key("name");
+    json.string(difference.name);
+    json.key("dtype");
+    json.string(dtype_name(difference.dtype));
+    json.key("max_abs_diff");
+    json.real(difference.max_abs_diff);
+    json.key("differing_elements");
+    json.unsigned_integer(difference.differing_elements);
+    json.key("numel");
+    json.unsigned_integer(difference.numel);
+    json.end_object();
+  }
+  json.end_array();
+  json.key("leaf_differences");
+  json.begin_array();
+  for (const LeafDifference& difference : report.leaf_differences) {
+    json.begin_object();
+    json.key("name");
+    json.string(difference.name);
+    json.key("a");
+    write_leaf_json(json, difference.a);
+    json.key("b");
+    write_leaf_json(json, difference.b);
+    json.end_object();
+  }
+  json.end_array();
+  write_names(json, "within_tolerance", report.within_tolerance);
+  json.end_object();
+  std::cout << json.text() << '\n';
+}
+
+void print_section(std::string_view title, const Table& table, size_t count) {
+  if (count == 0) return;
+  std::cout << title << " (" << count << "):\n";
+  table.print(std::cout);
+}
+
+void print_names(std::string_view title, const std::vector<std::string>& names) {
+  Table table;
+  for (const std::string& name : names) table.add({name});
+  print_section(title, table, names.size());
+}
+
+void print_text(const DiffArguments& arguments, const DiffReport& report) {
+  std::cout << "A: " << arguments.a << "\nB: " << arguments.b << '\n';
+  print_names("only in A", report.only_in_a);
+  print_names("only in B", report.only_in_b);
+
+  Table kinds;
+  for (const KindMismatch& mismatch : report.kind_mismatched) {
+    kinds.add({mismatch.name, std::string(tree_kind_name(mismatch.a)), "vs",
+               std::string(tree_kind_name(mismatch.b))});
+  }
+  print_section("kind mismatched (A vs B)", kinds, report.kind_mismatched.size());
+
+  Table dtypes;
+  for (const DTypeMismatch& mismatch : report.dtype_mismatched) {
+    dtypes.add({mismatch.name, std::string(dtype_name(mismatch.a)), "vs",
+                std::string(dtype_name(mismatch.b))});
+  }
+  print_section("dtype mismatched (A vs B)", dtypes, report.dtype_mismatched.size());
+
+  Table shapes;
+  for (const ShapeMismatch& mismatch : report.shape_mismatched) {
+    shapes.add({mismatch.name, shape_text(mismatch.a), "vs", shape_text(mismatch.b)});
+  }
+  print_section("shape mismatched (A vs B)", shapes, report.shape_mismatched.size());
+
+  Table tensors;
+  for (const TensorDifference& difference : report.value_differences) {
+    tensors.add({difference.name, "max abs diff " + number_text(difference.max_abs_diff),
+                 std::to_string(difference.differing_elements) + " of " +
+                     std::to_string(difference.numel) + " elements differ"});
+  }
+  print_section("tensor values differ", tensors, report.value_differences.size());
+
+  Table leaves;
+  for (const LeafDifference& difference : report.leaf_differences) {
+    leaves.add({difference.name, one_line(leaf_text(difference.a)), "vs",
+                one_line(leaf_text(difference.b))});
+  }
+  print_section("values differ (A vs B)", leaves, report.leaf_differences.size());
+
+  print_names("equal within tolerance, bytes differ", report.within_tolerance);
+
+  if (report.identical()) {
+    std::cout << "identical: " << report.compared
+              << (report.compared == 1 ? " leaf compared\n" : " leaves compared\n");
+  } else {
+    // A name can be in more than one list (dtype and shape both differ).
+    std::set<std::string_view> names(report.only_in_a.begin(), report.only_in_a.end());
+    names.insert(report.only_in_b.begin(), report.only_in_b.end());
+    for (const auto& entry : report.kind_mismatched) names.insert(entry.name);
+    for (const auto& entry : report.dtype_mismatched) names.insert(entry.name);
+    for (const auto& entry : report.shape_mismatched) names.insert(entry.name);
+    for (const auto& entry : report.value_differences) names.insert(entry.name);
+    for (const auto& entry : report.leaf_differences) names.insert(entry.name);
+    const size_t differences = names.size();
+    std::cout << "differ: " << differences
+              << (differences == 1 ? " leaf differs; " : " leaves differ; ") << report.compared
+              << (report.compared == 1 ? " name in both\n" : " names in both\n");
+  }
+}
+
+int run_diff(const DiffArguments& arguments) {
+  if (!(arguments.atol >= 0.0)) {
+    throw Error(ErrorCode::kInvalidArgument, "--atol must be a number >= 0");
+  }
+  const Tree a = naming_file(arguments.a, [&] { return load(arguments.a); });
+  const Tree b = naming_file(arguments.b, [&] { return load(arguments.b); });
+  const DiffReport report = diff(a, b, {.atol = arguments.atol});
+  if (arguments.json) {
+    print_json(arguments, report);
+  } else {
+    print_text(arguments, report);
+  }
+  return report.identical() ? kExitOk : kExitDiffers;
+}
+
+}  // namespace
+
+Command add_diff_command(CLI::App& app) {
+  auto arguments = std::make_shared<DiffArguments>();
+  CLI::App* command = app.add_subcommand(
+      "diff", "Compare two checkpoints by leaf name: exit 0 if identical, 1 if they differ");
+  command->add_option("a", arguments->a, "The first checkpoint")->required();
+  command->add_option("b", arguments->b, "The second checkpoint")->required();
+  command->add_flag("--json", arguments->json, "Print one JSON object instead of text");
+  command->add_option("--atol", arguments->atol,
+                      "Absolute tolerance: elements with |a - b| <= X are equal (default 0)");
+  return {command, [arguments] { return run_diff(*arguments); },
+          "ckpt diff A B [--json] [--atol X]"};
+}
+
+}  // namespace ckpt::tool

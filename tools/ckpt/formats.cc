@@ -1,0 +1,106 @@
+// ckpt formats [--json]: the registered formats and what each can hold.
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "ckpt/registry.h"
+#include "commands.h"
+#include "core/json_writer.h"
+#include "output.h"
+
+namespace ckpt::tool {
+namespace {
+
+struct FormatsArguments {
+  bool json = false;
+};
+
+void print_json() {
+  detail::JsonWriter json;
+  json.begin_object();
+  json.key("formats");
+  json.begin_array();
+  for (const Format* format : formats()) {
+    const FormatCapabilities capabilities = format->capabilities();
+    json.begin_object();
+    json.key("id");
+    json.string(format->id());
+    json.key("description");
+    json.string(format->description());
+    json.key("extensions");
+    json.begin_array();
+    for (std::string_view extension : format->extensions()) json.string(extension);
+    json.end_array();
+    json.key("read");
+    json.boolean(capabilities.read);
+    json.key("write");
+    json.boolean(capabilities.write);
+    json.key("nested_tree");
+    json.boolean(capabilities.nested_tree);
+    json.key("checksums");
+    json.boolean(capabilities.checksums);
+    json.key("single_tensor");
+    json.boolean(capabilities.single_tensor);
+    json.key("dtypes");
+    json.begin_array();
+    for (DType dtype : format->dtypes()) json.string(dtype_name(dtype));
+    json.end_array();
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+  std::cout << json.text() << '\n';
+}
+
+std::string_view yes_no(bool value) { return value ? "yes" : "no"; }
+
+// One row per format (what it can do), then one row per format of dtypes.
+void print_text() {
+  Table table;
+  table.add({"id", "read", "write", "tree", "checksums", "extensions", "description"});
+  Table dtypes;
+  for (const Format* format : formats()) {
+    const FormatCapabilities capabilities = format->capabilities();
+    std::string extensions;
+    for (std::string_view extension : format->extensions()) {
+      if (!extensions.empty()) extensions += " ";
+      extensions += extension;
+    }
+    std::string tree(yes_no(capabilities.nested_tree));
+    if (capabilities.single_tensor) tree = "one tensor";
+    table.add({std::string(format->id()), std::string(yes_no(capabilities.read)),
+               std::string(yes_no(capabilities.write)), tree,
+               std::string(yes_no(capabilities.checksums)),
+               extensions.empty() ? "-" : extensions, std::string(format->description())});
+    std::string names;
+    for (DType dtype : format->dtypes()) {
+      if (!names.empty()) names += " ";
+      names += dtype_name(dtype);
+    }
+    dtypes.add({std::string(format->id()), names});
+  }
+  table.print(std::cout, 0);
+  std::cout << "\ndtypes:\n";
+  dtypes.print(std::cout);
+}
+
+}  // namespace
+
+Command add_formats_command(CLI::App& app) {
+  auto arguments = std::make_shared<FormatsArguments>();
+  CLI::App* command = app.add_subcommand("formats", "List the checkpoint formats ckpt knows");
+  command->add_flag("--json", arguments->json, "Print one JSON object instead of text");
+  return {command,
+          [arguments] {
+            if (arguments->json) {
+              print_json();
+            } else {
+              print_text();
+            }
+            return kExitOk;
+          },
+          "ckpt formats [--json]"};
+}
+
+}  // namespace ckpt::tool

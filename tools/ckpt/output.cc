@@ -1,0 +1,135 @@
+#include "output.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+
+#include "core/checksum.h"
+#include "formats/tree_json.h"
+
+namespace ckpt::tool {
+
+std::string shape_text(const Shape& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+std::string size_text(uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024.0;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, value < 10.0 ? "%.2f %s" : value < 100.0 ? "%.1f %s" : "%.0f %s",
+                value, kUnits[unit]);
+  return text;
+}
+
+std::string count_text(uint64_t count, std::string_view noun) {
+  std::string text = std::to_string(count) + " ";
+  text += noun;
+  if (count != 1) text += "s";
+  return text;
+}
+
+std::string_view checksum_text(ChecksumKind kind) { return detail::checksum_name(kind); }
+
+void write_shape_json(detail::JsonWriter& json, const Shape& shape) {
+  json.begin_array();
+  for (int64_t dim : shape) json.integer(dim);
+  json.end_array();
+}
+
+void write_leaf_json(detail::JsonWriter& json, const Tree& leaf) {
+  switch (leaf.kind()) {
+    case Tree::Kind::kBool: return json.boolean(leaf.boolean());
+    case Tree::Kind::kInt: return json.integer(leaf.integer());
+    case Tree::Kind::kFloat: return json.real(leaf.real());
+    case Tree::Kind::kString: return json.string(leaf.string());
+    case Tree::Kind::kBytes:
+      json.begin_object();
+      json.key("bytes_base64");
+      json.string(detail::base64_encode(leaf.bytes().data));
+      return json.end_object();
+    case Tree::Kind::kTensor:
+      json.begin_object();
+      json.key("tensor");
+      json.begin_object();
+      json.key("dtype");
+      json.string(dtype_name(leaf.tensor().dtype()));
+      json.key("shape");
+      write_shape_json(json, leaf.tensor().shape());
+      json.end_object();
+      return json.end_object();
+    case Tree::Kind::kNone:
+    case Tree::Kind::kMap:
+    case Tree::Kind::kList: return json.null();
+  }
+  json.null();
+}
+
+std::string leaf_text(const Tree& leaf) {
+  if (leaf.kind() == Tree::Kind::kTensor) {
+    return std::string(dtype_name(leaf.tensor().dtype())) + " " + shape_text(leaf.tensor().shape());
+  }
+  if (leaf.kind() == Tree::Kind::kBytes) {
+    const std::string& data = leaf.bytes().data;
+    std::string text = "bytes[" + std::to_string(data.size()) + "]";
+    if (!data.empty()) text += " ";
+    static const char kHex[] = "0123456789abcdef";
+    for (size_t i = 0; i < std::min<size_t>(data.size(), 16); ++i) {
+      const auto byte = static_cast<unsigned char>(data[i]);
+      text += kHex[byte >> 4];
+      text += kHex[byte & 0xf];
+    }
+    if (data.size() > 16) text += "…";
+    return text;
+  }
+  detail::JsonWriter json;
+  write_leaf_json(json, leaf);
+  return json.take();
+}
+
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+namespace {
+
+// Width on a terminal, counting each UTF-8 code point as one column.
+size_t display_width(std::string_view text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+}  // namespace
+
+void Table::print(std::ostream& out, size_t indent) const {
+  std::vector<size_t> widths;
+  for (const auto& row : rows_) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], display_width(row[i]));
+  }
+  for (const auto& row : rows_) {
+    std::string line(indent, ' ');
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(widths[i] - display_width(row[i]) + 2, ' ');
+    }
+    out << line << '\n';
+  }
+}
+
+}  // namespace ckpt::tool
