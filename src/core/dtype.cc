@@ -7,7 +7,7 @@
 namespace ckpt {
 namespace {
 
-// Codes: safetensors from tensor.rs's Dtype; numpy descrs from
+// Codes: safetensors from tensor.rs's Dtype (which has no complex128); numpy descrs from
 // numpy/lib/format.py (little-endian); torch names from torch/_tensor_str and
 // storage classes from torch/storage.py; TensorFlow codes from
 // tensorflow/core/framework/types.proto.
@@ -26,7 +26,7 @@ constexpr std::array<DTypeInfo, 17> kDTypes = {{
     {DType::kFloat32, "float32", 4, "F32", "<f4", "float32", "FloatStorage", 1},
     {DType::kFloat64, "float64", 8, "F64", "<f8", "float64", "DoubleStorage", 2},
     {DType::kComplex64, "complex64", 8, "C64", "<c8", "complex64", "ComplexFloatStorage", 8},
-    {DType::kComplex128, "complex128", 16, "C128", "<c16", "complex128", "ComplexDoubleStorage", 18},
+    {DType::kComplex128, "complex128", 16, "", "<c16", "complex128", "ComplexDoubleStorage", 18},
     {DType::kFloat8E4M3FN, "float8_e4m3fn", 1, "F8_E4M3", "", "float8_e4m3fn", "", 25},
     {DType::kFloat8E5M2, "float8_e5m2", 1, "F8_E5M2", "", "float8_e5m2", "", 24},
 }};
@@ -51,6 +51,7 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 }
 
 std::optional<DType> dtype_from_safetensors(std::string_view code) {
+  if (code.empty()) return std::nullopt;
   for (const DTypeInfo& info : kDTypes) {
     if (info.safetensors == code) return info.dtype;
   }
