@@ -31,6 +31,7 @@ struct EntryInfo {
   Shape shape;
   uint64_t offset = 0;  // byte offset of the data in the file (0 if not applicable)
   uint64_t nbytes = 0;
+  std::string checksum;  // stored digest as lower-case hex; empty if none
 };
 
 // What reading a checkpoint gives: the tree (tensors viewing the mapped file),
@@ -40,8 +41,7 @@ struct Contents {
   Tree tree;
   Metadata metadata;                // user metadata
   std::vector<EntryInfo> entries;   // tensors in file order
-  ChecksumKind checksum = ChecksumKind::kNone;
-  std::map<std::string, std::string> checksums;  // name → hex digest, where stored
+  ChecksumKind checksum = ChecksumKind::kNone;  // kind of EntryInfo::checksum
   int format_version = 0;           // ckpt's own extras version; 0 for plain files
 };
 

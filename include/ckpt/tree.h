@@ -18,7 +18,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -45,8 +44,8 @@ class Tree {
   enum class Kind { kNone, kBool, kInt, kFloat, kString, kBytes, kTensor, kMap, kList };
 
   // Leaves.
-  Tree() = default;  // none
-  Tree(std::nullptr_t) {}
+  Tree();  // none
+  Tree(std::nullptr_t);
   Tree(bool value);
   Tree(int value) : Tree(static_cast<int64_t>(value)) {}
   Tree(int64_t value);
@@ -83,6 +82,8 @@ class Tree {
 
   // Containers: the number of children (0 for a leaf), and the children in order.
   size_t size() const noexcept;
+  // Containers: room for `count` children without reallocation.
+  void reserve(size_t count);
   const std::vector<TreeEntry>& entries() const noexcept;
 
   // Map: inserts or replaces `key`, keeping the first insertion's position.
@@ -121,15 +122,16 @@ class Tree {
 
  private:
   using Scalar = std::variant<std::monostate, bool, int64_t, double, std::string, Bytes, Tensor>;
-  struct KeyHash {
-    size_t operator()(const Key& key) const noexcept;
-  };
-  using Index = std::unordered_map<Key, size_t, KeyHash>;
+  // Open-addressing hash index over a large map's entries (positions, not
+  // copies of the keys); small maps are searched linearly.
+  struct Index;
+  size_t position_of(const Key& key) const noexcept;
+  void index_entry(size_t position);
 
   Kind kind_ = Kind::kNone;
   Scalar scalar_;
   std::unique_ptr<std::vector<TreeEntry>> children_;  // maps and lists
-  std::unique_ptr<Index> index_;                      // maps
+  std::unique_ptr<Index> index_;                      // maps with many entries
 };
 
 // One child of a map (key is the map key) or a list (key is the position).

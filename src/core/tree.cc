@@ -13,11 +13,75 @@ std::string key_to_string(const Key& key) {
   return std::to_string(std::get<int64_t>(key));
 }
 
-size_t Tree::KeyHash::operator()(const Key& key) const noexcept {
-  if (const auto* text = std::get_if<std::string>(&key)) return std::hash<std::string>()(*text);
-  return std::hash<int64_t>()(std::get<int64_t>(key)) ^ 0x9e3779b97f4a7c15ull;
+namespace {
+
+// Maps with fewer entries are searched linearly; no index is built.
+constexpr size_t kIndexThreshold = 16;
+constexpr size_t kNoPosition = static_cast<size_t>(-1);
+
+size_t hash_key(const Key& key) noexcept {
+  if (const auto* text = std::get_if<std::string>(&key)) return std::hash<std::string_view>()(*text);
+  return static_cast<size_t>(std::get<int64_t>(key)) * 0x9e3779b97f4a7c15ull;
 }
 
+}  // namespace
+
+// Slots hold entry position + 1 (0 = empty); the slot count is a power of two
+// at least twice the number of entries, so probes stay short.
+struct Tree::Index {
+  std::vector<uint32_t> slots;
+};
+
+size_t Tree::position_of(const Key& key) const noexcept {
+  const std::vector<TreeEntry>& children = *children_;
+  if (!index_) {
+    for (size_t i = 0; i < children.size(); ++i) {
+      if (children[i].key == key) return i;
+    }
+    return kNoPosition;
+  }
+  const size_t mask = index_->slots.size() - 1;
+  for (size_t slot = hash_key(key) & mask;; slot = (slot + 1) & mask) {
+    const uint32_t stored = index_->slots[slot];
+    if (stored == 0) return kNoPosition;
+    if (children[stored - 1].key == key) return stored - 1;
+  }
+}
+
+void Tree::index_entry(size_t position) {
+  const size_t count = children_->size();
+  if (count < kIndexThreshold) return;
+  if (!index_ || index_->slots.size() < 2 * count) {
+    // (Re)build with room to grow.
+    if (!index_) index_ = std::make_unique<Index>();
+    size_t capacity = 64;
+    while (capacity < 4 * count) capacity *= 2;
+    index_->slots.assign(capacity, 0);
+    for (size_t i = 0; i < count; ++i) {
+      const size_t mask = capacity - 1;
+      size_t slot = hash_key((*children_)[i].key) & mask;
+      while (index_->slots[slot] != 0) slot = (slot + 1) & mask;
+      index_->slots[slot] = static_cast<uint32_t>(i + 1);
+    }
+    return;
+  }
+  const size_t mask = index_->slots.size() - 1;
+  size_t slot = hash_key((*children_)[position].key) & mask;
+  while (index_->slots[slot] != 0) slot = (slot + 1) & mask;
+  index_->slots[slot] = static_cast<uint32_t>(position + 1);
+}
+
+namespace {
+[[noreturn]] void wrong_kind(std::string_view wanted, Tree::Kind actual) {
+  static constexpr const char* kNames[] = {"none", "bool", "int", "float", "string",
+                                           "bytes", "tensor", "map", "list"};
+  throw Error(ErrorCode::kInvalidArgument,
+              "tree node is a " + std::string(kNames[static_cast<int>(actual)]) + ", not a " + std::string(wanted));
+}
+}  // namespace
+
+Tree::Tree() = default;
+Tree::Tree(std::nullptr_t) {}
 Tree::Tree(bool value) : kind_(Kind::kBool), scalar_(value) {}
 Tree::Tree(int64_t value) : kind_(Kind::kInt), scalar_(value) {}
 Tree::Tree(double value) : kind_(Kind::kFloat), scalar_(value) {}
@@ -29,7 +93,6 @@ Tree Tree::map() {
   Tree tree;
   tree.kind_ = Kind::kMap;
   tree.children_ = std::make_unique<std::vector<TreeEntry>>();
-  tree.index_ = std::make_unique<Index>();
   return tree;
 }
 
@@ -55,14 +118,6 @@ Tree& Tree::operator=(const Tree& other) {
 Tree& Tree::operator=(Tree&& other) noexcept = default;
 Tree::~Tree() = default;
 
-namespace {
-[[noreturn]] void wrong_kind(std::string_view wanted, Tree::Kind actual) {
-  static constexpr const char* kNames[] = {"none", "bool", "int", "float", "string",
-                                           "bytes", "tensor", "map", "list"};
-  throw Error(ErrorCode::kInvalidArgument,
-              "tree node is a " + std::string(kNames[static_cast<int>(actual)]) + ", not a " + std::string(wanted));
-}
-}  // namespace
 
 bool Tree::boolean() const {
   if (kind_ != Kind::kBool) wrong_kind("bool", kind_);
@@ -95,6 +150,11 @@ Tensor& Tree::tensor() {
 
 size_t Tree::size() const noexcept { return children_ ? children_->size() : 0; }
 
+void Tree::reserve(size_t count) {
+  if (!is_container()) wrong_kind("map or list", kind_);
+  children_->reserve(count);
+}
+
 const std::vector<TreeEntry>& Tree::entries() const noexcept {
   static const std::vector<TreeEntry> kNone;
   return children_ ? *children_ : kNone;
@@ -102,20 +162,21 @@ const std::vector<TreeEntry>& Tree::entries() const noexcept {
 
 Tree& Tree::set(Key key, Tree value) {
   if (kind_ != Kind::kMap) wrong_kind("map", kind_);
-  auto found = index_->find(key);
-  if (found != index_->end()) {
-    (*children_)[found->second].value = std::move(value);
-    return (*children_)[found->second].value;
+  const size_t position = position_of(key);
+  if (position != kNoPosition) {
+    (*children_)[position].value = std::move(value);
+    return (*children_)[position].value;
   }
-  index_->emplace(key, children_->size());
+  if (children_->size() >= UINT32_MAX) throw Error(ErrorCode::kInvalidArgument, "map has too many entries");
   children_->push_back(TreeEntry{std::move(key), std::move(value)});
+  index_entry(children_->size() - 1);
   return children_->back().value;
 }
 
 const Tree* Tree::find(const Key& key) const {
   if (kind_ == Kind::kMap) {
-    auto found = index_->find(key);
-    return found == index_->end() ? nullptr : &(*children_)[found->second].value;
+    const size_t position = position_of(key);
+    return position == kNoPosition ? nullptr : &(*children_)[position].value;
   }
   if (kind_ == Kind::kList) {
     const auto* position = std::get_if<int64_t>(&key);

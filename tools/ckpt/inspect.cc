@@ -1,6 +1,7 @@
 // ckpt inspect PATH [--json]: what a checkpoint holds, without reading the
 // tensors' bytes (ckpt::open maps the file lazily).
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -85,7 +86,9 @@ void print_table(const std::string& path, const Contents& contents) {
   std::cout << '\n';
   std::cout << "checksums: " << checksum_text(contents.checksum);
   if (contents.checksum != ChecksumKind::kNone) {
-    std::cout << " (" << contents.checksums.size() << " stored; 'ckpt verify' checks them)";
+    const auto stored = std::count_if(contents.entries.begin(), contents.entries.end(),
+                                      [](const EntryInfo& entry) { return !entry.checksum.empty(); });
+    std::cout << " (" << stored << " stored; 'ckpt verify' checks them)";
   }
   std::cout << '\n';
 

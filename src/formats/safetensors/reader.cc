@@ -99,6 +99,7 @@ class Reader {
       read_extras(*header.ckpt_value, tensors, contents);
     } else {
       contents.tree = Tree::map();
+      contents.tree.reserve(tensors.size());
       for (size_t i = 0; i < tensors.size(); ++i) contents.tree.set(contents.entries[i].name, std::move(tensors[i]));
       if (contents.tree.size() != tensors.size()) fail_on_duplicate_name(contents.entries);
     }
@@ -431,22 +432,28 @@ class Reader {
     object sums;
     if (!sums_value || sums_value->get_object().get(sums)) bad("\"checksums\" is missing or not an object");
     const size_t width = detail::checksum_hex_width(kind);
+    size_t count = 0;
     for (const simdjson::dom::key_value_pair field : sums) {
-      find(field.key, "\"checksums\"");
+      // The writer lists them in file order; look up only when that fails.
+      const size_t i = count < contents.entries.size() && contents.entries[count].name == field.key
+                           ? count
+                           : find(field.key, "\"checksums\"");
       std::string_view hex;
       if (field.value.get_string().get(hex) || hex.size() != width ||
           hex.find_first_not_of("0123456789abcdef") != std::string_view::npos) {
         bad("checksum of \"" + std::string(field.key) + "\" is not " + std::to_string(width) + " lower-case hex digits");
       }
-      if (!contents.checksums.emplace(field.key, hex).second) bad("\"checksums\" names a tensor twice");
+      if (!contents.entries[i].checksum.empty()) bad("\"checksums\" names a tensor twice");
+      contents.entries[i].checksum = hex;
+      ++count;
     }
-    if (contents.checksums.size() != tensors.size()) bad("\"checksums\" does not cover every tensor");
+    if (count != tensors.size()) bad("\"checksums\" does not cover every tensor");
     contents.checksum = kind;
     if (!options_.verify) return;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const EntryInfo& info = contents.entries[i];
       const std::string actual = detail::checksum_hex(kind, tensors[i].bytes());
-      const std::string& stored = contents.checksums.at(info.name);
+      const std::string& stored = info.checksum;
       if (actual != stored) {
         fail("checksum mismatch: stored " + std::string(kind_name) + " " + stored + ", the data gives " + actual,
              info.name, info.offset);
