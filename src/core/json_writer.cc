@@ -8,9 +8,14 @@ namespace ckpt::detail {
 void append_json_string(std::string& out, std::string_view value) {
   static constexpr char kHex[] = "0123456789abcdef";
   out += '"';
-  for (char c : value) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
+  // Characters that need no escape are appended in runs.
+  size_t run_start = 0;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const auto u = static_cast<unsigned char>(value[i]);
+    if (u >= 0x20 && u != '"' && u != '\\') continue;
+    out.append(value.data() + run_start, i - run_start);
+    run_start = i + 1;
+    switch (u) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
       case '\b': out += "\\b"; break;
@@ -19,15 +24,12 @@ void append_json_string(std::string& out, std::string_view value) {
       case '\r': out += "\\r"; break;
       case '\t': out += "\\t"; break;
       default:
-        if (u < 0x20) {
-          out += "\\u00";
-          out += kHex[u >> 4];
-          out += kHex[u & 15];
-        } else {
-          out += c;
-        }
+        out += "\\u00";
+        out += kHex[u >> 4];
+        out += kHex[u & 15];
     }
   }
+  out.append(value.data() + run_start, value.size() - run_start);
   out += '"';
 }
 

@@ -46,9 +46,12 @@ class AtomicFile {
   // Writes all of `bytes` at `offset` (retrying short writes).
   // Throws Error{kIo} naming the final path.
   void write_at(std::span<const std::byte> bytes, uint64_t offset);
-  // Writes every span, split into large chunks spread over `threads` threads
-  // (0: min(hardware threads, 4)). Each span's chunks are written in order by
-  // one thread. Throws the first Error any thread hit.
+  // Writes every span, spread over `threads` threads (0: min(hardware
+  // threads, 4)). A large span is written in 8 MiB chunks by one thread, in
+  // order; small spans that lie back to back in the file are gathered into
+  // one buffer and written with one call. Every span's on_chunk sees all its
+  // bytes, in order, before they are written. Throws the first Error any
+  // thread hit.
   void write_parallel(const std::vector<WriteSpan>& spans, unsigned threads = 0);
   // fsync (if asked), rename onto the final path, fsync the directory.
   void commit();

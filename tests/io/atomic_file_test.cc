@@ -99,6 +99,32 @@ TEST(AtomicFileTest, ParallelWritesLandAtTheirOffsetsAndSeeEveryChunk) {
   }
 }
 
+TEST(AtomicFileTest, SmallBackToBackSpansAreGatheredAndLandExactly) {
+  testing::TempDir dir;
+  // 3000 small spans back to back, then one after a gap, then a large one.
+  std::vector<std::vector<std::byte>> blocks;
+  std::vector<WriteSpan> spans;
+  std::vector<size_t> seen(3002, 0);
+  uint64_t offset = 0;
+  for (size_t i = 0; i < 3002; ++i) {
+    const size_t size = i == 3001 ? (size_t{1} << 20) : 1 + i % 5000;
+    blocks.emplace_back(size, std::byte(i % 251));
+    if (i == 3000) offset += 7;  // a gap: must not be gathered across
+    spans.push_back({blocks.back(), offset, [&seen, i](std::span<const std::byte> chunk) { seen[i] += chunk.size(); }});
+    offset += size;
+  }
+  AtomicFile file(dir / "small.bin");
+  file.write_parallel(spans, 2);
+  file.commit();
+  auto mapped = MappedFile::open(dir / "small.bin");
+  ASSERT_EQ(mapped->size(), offset);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(seen[i], blocks[i].size()) << i;
+    const auto bytes = mapped->bytes().subspan(spans[i].offset, blocks[i].size());
+    ASSERT_TRUE(std::equal(bytes.begin(), bytes.end(), blocks[i].begin())) << "span " << i;
+  }
+}
+
 // A real operating-system failure: the file-size limit makes write() fail
 // with EFBIG half-way through.
 TEST(AtomicFileTest, FileSizeLimitFailureKeepsThePreviousFile) {
