@@ -334,9 +334,15 @@ TEST_F(CliTest, ConvertToTensorsOnlyFormatKeepsTheTensorsAndSaysWhatItLeft) {
   state.set("nested", Tree::map());
   state.find("nested")->set("t", tensor_of<double>(DType::kFloat64, {1}, {2.5}));
   save(path("mixed.safetensors"), state);
-  const ToolRun run = ckpt({"convert", "mixed.safetensors", "out.bin", "--to", "npz"});
+  // Refused without the flag: nothing is lost silently, nothing is written.
+  const ToolRun refused = ckpt({"convert", "mixed.safetensors", "out.bin", "--to", "npz"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("'epoch'"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--drop-unsupported"), std::string::npos) << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(path("out.bin")));
+  const ToolRun run = ckpt({"convert", "mixed.safetensors", "out.bin", "--to", "npz", "--drop-unsupported"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.out.find("not kept: 1 non-tensor value ("), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("dropped 1 non-tensor value (npz holds tensors only): epoch"), std::string::npos) << run.out;
   const Tree back = load(path("out.bin"));
   EXPECT_EQ(back.tensor_leaves().size(), 4u);
   ASSERT_NE(back.find_path("nested.t"), nullptr);
@@ -346,9 +352,11 @@ TEST_F(CliTest, ConvertToTensorsOnlyFormatKeepsTheTensorsAndSaysWhatItLeft) {
 
 TEST_F(CliTest, ConvertNoExtrasWritesAPlainFile) {
   // A plain safetensors file holds the tensors only, under their dotted names.
-  const ToolRun run = ckpt({"convert", "state.safetensors", "plain.safetensors", "--no-extras"});
+  EXPECT_EQ(ckpt({"convert", "state.safetensors", "plain.safetensors", "--no-extras"}).exit_code, 2);
+  const ToolRun run =
+      ckpt({"convert", "state.safetensors", "plain.safetensors", "--no-extras", "--drop-unsupported"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.out.find("not kept: 8 non-tensor values"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("dropped 8 non-tensor values"), std::string::npos) << run.out;
   const Contents plain = open(path("plain.safetensors"));
   EXPECT_EQ(plain.format_version, 0);
   EXPECT_EQ(plain.checksum, ChecksumKind::kNone);
@@ -368,7 +376,7 @@ TEST_F(CliTest, ConvertNoExtrasWritesAPlainFile) {
 
 TEST_F(CliTest, ConvertErrors) {
   // A dtype the target lacks: an error naming the output and the tensor, no file.
-  ToolRun run = ckpt({"convert", "state.safetensors", "out.npz"});
+  ToolRun run = ckpt({"convert", "state.safetensors", "out.npz", "--drop-unsupported"});
   EXPECT_EQ(run.exit_code, 2);
   expect_one_error_line(run, "out.npz");
   EXPECT_NE(run.err.find("model.encoder.bias"), std::string::npos) << run.err;

@@ -1,13 +1,16 @@
-// ckpt convert SRC DST [--to FORMAT] [--no-extras]: rewrites a checkpoint in
-// another format. Tensors are copied bit-exact (a dtype the target lacks is
-// an error, never a cast). The tree goes along where the target can hold it
-// (ckpt::convert); a tensors-only target (npz, or --no-extras: a plain file)
-// gets the tensors under their dotted names, and the summary line counts the
-// values left behind.
+// ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported]:
+// rewrites a checkpoint in another format. Tensors are copied bit-exact (a
+// dtype the target lacks is an error, never a cast). The tree goes along
+// where the target can hold it; a tensors-only target (npz, or --no-extras: a
+// plain file) gets the tensors under their dotted names. Non-tensor values
+// that the target cannot hold are never lost silently: the conversion is
+// refused unless --drop-unsupported asks to leave them behind, and then the
+// summary names them.
 
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/registry.h"
@@ -22,6 +25,7 @@ struct ConvertArguments {
   std::string destination;
   std::string to;
   bool no_extras = false;
+  bool drop_unsupported = false;
 };
 
 std::string known_format_ids() {
@@ -69,15 +73,23 @@ int run_convert(const ConvertArguments& arguments) {
   // Read errors name SRC, write errors DST. The write is atomic, so a
   // failure leaves any earlier DST untouched.
   const Contents contents = naming_file(arguments.source, [&] { return open(arguments.source); });
-  size_t dropped = 0;
+  options.metadata = contents.metadata;
+  std::vector<std::string> dropped;
   if (format.capabilities().nested_tree && options.extras) {
-    convert(arguments.source, arguments.destination, options);
+    naming_file(arguments.destination, [&] { save(arguments.destination, contents.tree, options); });
   } else {
-    // A tensors-only target (npz, or any format without ckpt's extras)
-    // keeps every tensor under its dotted name and cannot keep the rest;
-    // the summary says what was left behind.
-    for (const Tree::Leaf& leaf : contents.tree.leaves()) dropped += !leaf.value->is_tensor();
-    options.metadata = contents.metadata;
+    // A tensors-only target keeps every tensor under its dotted name and
+    // cannot keep the rest.
+    for (const Tree::Leaf& leaf : contents.tree.leaves()) {
+      if (!leaf.value->is_tensor()) dropped.push_back(leaf.name);
+    }
+    if (!dropped.empty() && !arguments.drop_unsupported) {
+      throw Error(ErrorCode::kUnsupported,
+                  std::string(format.id()) + (options.extras ? "" : " without extras") + " holds tensors only; " +
+                      count_text(dropped.size(), "non-tensor value") + " (first: '" + dropped.front() +
+                      "') would be lost; pass --drop-unsupported to write the tensors alone")
+          .with_path(arguments.destination);
+    }
     const Tree flat = tensors_only(contents.tree);
     naming_file(arguments.destination, [&] { save(arguments.destination, flat, options); });
   }
@@ -87,11 +99,13 @@ int run_convert(const ConvertArguments& arguments) {
   std::cout << "converted " << arguments.source << " (" << contents.format << ") -> "
             << arguments.destination << " (" << format.id()
             << "): " << count_text(contents.entries.size(), "tensor") << ", " << size_text(total);
-  if (dropped > 0) {
-    std::cout << "; not kept: " << count_text(dropped, "non-tensor value") << " (" << format.id()
-              << " holds tensors only)";
-  }
   std::cout << '\n';
+  if (!dropped.empty()) {
+    std::cout << "dropped " << count_text(dropped.size(), "non-tensor value") << " (" << format.id()
+              << " holds tensors only):";
+    for (const std::string& name : dropped) std::cout << ' ' << name;
+    std::cout << '\n';
+  }
   return kExitOk;
 }
 
@@ -109,8 +123,11 @@ Command add_convert_command(CLI::App& app) {
   command->add_flag("--no-extras", arguments->no_extras,
                     "Write a plain file without ckpt's extras (tree, checksums, version), "
                     "as the format's reference writer would");
+  command->add_flag("--drop-unsupported", arguments->drop_unsupported,
+                    "Leave behind (and list) the non-tensor values that the target cannot hold, "
+                    "instead of refusing the conversion");
   return {command, [arguments] { return run_convert(*arguments); },
-          "ckpt convert SRC DST [--to FORMAT] [--no-extras]"};
+          "ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported]"};
 }
 
 }  // namespace ckpt::tool
