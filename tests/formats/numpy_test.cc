@@ -61,7 +61,7 @@ std::string bytes_of(const Tensor& tensor) {
 Tensor tensor_of(DType dtype, Shape shape, uint32_t seed) {
   Tensor tensor = Tensor::empty(dtype, std::move(shape));
   const std::string bytes = random_bytes(tensor.nbytes(), seed, dtype == DType::kBool);
-  std::memcpy(tensor.mutable_bytes().data(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(tensor.mutable_bytes().data(), bytes.data(), bytes.size());
   return tensor;
 }
 
