@@ -102,7 +102,4 @@ struct DiffReport {
 // Throws Error{kInvalidArgument} if options.atol is negative or NaN.
 DiffReport diff(const Tree& a, const Tree& b, const DiffOptions& options = {});
 
-// "none", "bool", "int", "float", "string", "bytes", "tensor", "map", "list".
-std::string_view tree_kind_name(Tree::Kind kind);
-
 }  // namespace ckpt

@@ -140,4 +140,7 @@ struct TreeEntry {
   Tree value;
 };
 
+// "none", "bool", "int", "float", "string", "bytes", "tensor", "map", "list".
+std::string_view tree_kind_name(Tree::Kind kind);
+
 }  // namespace ckpt

@@ -284,19 +284,5 @@ DiffReport diff(const Tree& a, const Tree& b, const DiffOptions& options) {
   return report;
 }
 
-std::string_view tree_kind_name(Tree::Kind kind) {
-  switch (kind) {
-    case Tree::Kind::kNone: return "none";
-    case Tree::Kind::kBool: return "bool";
-    case Tree::Kind::kInt: return "int";
-    case Tree::Kind::kFloat: return "float";
-    case Tree::Kind::kString: return "string";
-    case Tree::Kind::kBytes: return "bytes";
-    case Tree::Kind::kTensor: return "tensor";
-    case Tree::Kind::kMap: return "map";
-    case Tree::Kind::kList: return "list";
-  }
-  return "unknown";
-}
 
 }  // namespace ckpt

@@ -8,6 +8,21 @@
 
 namespace ckpt {
 
+std::string_view tree_kind_name(Tree::Kind kind) {
+  switch (kind) {
+    case Tree::Kind::kNone: return "none";
+    case Tree::Kind::kBool: return "bool";
+    case Tree::Kind::kInt: return "int";
+    case Tree::Kind::kFloat: return "float";
+    case Tree::Kind::kString: return "string";
+    case Tree::Kind::kBytes: return "bytes";
+    case Tree::Kind::kTensor: return "tensor";
+    case Tree::Kind::kMap: return "map";
+    case Tree::Kind::kList: return "list";
+  }
+  return "unknown";
+}
+
 std::string key_to_string(const Key& key) {
   if (const auto* text = std::get_if<std::string>(&key)) return *text;
   return std::to_string(std::get<int64_t>(key));
@@ -73,10 +88,8 @@ void Tree::index_entry(size_t position) {
 
 namespace {
 [[noreturn]] void wrong_kind(std::string_view wanted, Tree::Kind actual) {
-  static constexpr const char* kNames[] = {"none", "bool", "int", "float", "string",
-                                           "bytes", "tensor", "map", "list"};
   throw Error(ErrorCode::kInvalidArgument,
-              "tree node is a " + std::string(kNames[static_cast<int>(actual)]) + ", not a " + std::string(wanted));
+              "tree node is a " + std::string(tree_kind_name(actual)) + ", not a " + std::string(wanted));
 }
 }  // namespace
 

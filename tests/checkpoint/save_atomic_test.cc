@@ -13,17 +13,13 @@
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
 #include "io/atomic_file.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
 namespace {
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::read_file;
 
 Tree state_of(float fill, int64_t elements) {
   Tensor tensor = Tensor::empty(DType::kFloat32, {elements});

@@ -12,6 +12,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -29,12 +30,7 @@ Tensor random_tensor(DType dtype, Shape shape, uint32_t seed) {
   return tensor;
 }
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::read_file;
 
 class ConformanceTest : public ::testing::TestWithParam<const Format*> {
  protected:

@@ -6,6 +6,7 @@ import pathlib
 import struct
 import subprocess
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -67,3 +68,12 @@ def raw_safetensors(path):
         begin, end = info["data_offsets"]
         tensors[name] = (info["dtype"], list(info["shape"]), data[base + begin:base + end])
     return tensors, metadata
+
+
+def random_array(dtype, shape, seed):
+    """Every bit pattern of `dtype` (NaN payloads, subnormals...), reproducibly."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)

@@ -9,19 +9,11 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
-from conftest import raw_safetensors
+from conftest import random_array, raw_safetensors
 
 # numpy dtype name -> ckpt dtype name (the same spelling).
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64", "complex64", "complex128"]
-
-
-def random_array(dtype, shape, seed):
-    rng = np.random.default_rng(seed)
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    raw = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
-    return raw.view(dtype).reshape(shape)
 
 
 def c_order_little_endian(array):

@@ -9,7 +9,7 @@ import safetensors
 import safetensors.numpy
 from safetensors import safe_open
 
-from conftest import raw_safetensors, samples
+from conftest import random_array, raw_safetensors, samples
 
 NUMPY_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                 "float16", "float32", "float64"]
@@ -17,14 +17,6 @@ SAFETENSORS_CODES = {"bool": "BOOL", "int8": "I8", "int16": "I16", "int32": "I32
                      "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "float16": "F16",
                      "float32": "F32", "float64": "F64", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
                      "float8_e5m2": "F8_E5M2"}
-
-
-def random_array(dtype, shape, seed):
-    rng = np.random.default_rng(seed)
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    raw = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
-    return raw.view(dtype).reshape(shape)
 
 
 def numpy_state():

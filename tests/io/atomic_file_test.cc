@@ -9,17 +9,13 @@
 
 #include "ckpt/error.h"
 #include "io/mapped_file.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
 
 namespace ckpt::detail {
 namespace {
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using ckpt::testing::read_file;
 
 std::span<const std::byte> bytes_of(std::string_view text) { return std::as_bytes(std::span(text.data(), text.size())); }
 

@@ -24,20 +24,6 @@ constexpr uint64_t kPythonZip64Limit = (uint64_t{1} << 31) - 1;
 // header a multiple of 64, every array) to this.
 constexpr uint32_t kMemberAlignment = 64;
 
-std::string_view kind_name(Tree::Kind kind) {
-  switch (kind) {
-    case Tree::Kind::kNone: return "none";
-    case Tree::Kind::kBool: return "bool";
-    case Tree::Kind::kInt: return "integer";
-    case Tree::Kind::kFloat: return "float";
-    case Tree::Kind::kString: return "string";
-    case Tree::Kind::kBytes: return "bytes";
-    case Tree::Kind::kTensor: return "tensor";
-    case Tree::Kind::kMap: return "map";
-    case Tree::Kind::kList: return "list";
-  }
-  return "value";
-}
 
 }  // namespace
 
@@ -87,7 +73,7 @@ void write_npz(const std::filesystem::path& path, const Tree& tree, const SaveOp
   for (const Tree::Leaf& leaf : tree.leaves()) {
     if (!leaf.value->is_tensor()) {
       throw Error(ErrorCode::kUnsupported,
-                  "npz holds only tensors, and this leaf is a " + std::string(kind_name(leaf.value->kind())) +
+                  "npz holds only tensors, and this leaf is a " + std::string(tree_kind_name(leaf.value->kind())) +
                       " (save to safetensors to keep non-tensor leaves)",
                   {.path = path, .entry = leaf.name});
     }
