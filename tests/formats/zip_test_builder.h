@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "support/files.h"
+
 namespace ckpt::testing {
 
 inline void put_u16(std::string& out, size_t at, uint16_t v) {
@@ -191,19 +193,6 @@ inline TestZip build_test_zip(const std::vector<TestZipEntry>& entries, const Te
   add_u16(out, static_cast<uint16_t>(options.comment.size()));
   out += options.comment;
   return zip;
-}
-
-inline void write_file(const std::filesystem::path& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-inline std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace ckpt::testing
