@@ -41,6 +41,25 @@ void write_names(detail::JsonWriter& json, std::string_view key,
   json.end_array();
 }
 
+// [{"name": ..., "a": text(a), "b": text(b)}, ...] under `key`.
+template <class Mismatch, class Text>
+void write_mismatches(detail::JsonWriter& json, std::string_view key, const std::vector<Mismatch>& mismatches,
+                      Text text) {
+  json.key(key);
+  json.begin_array();
+  for (const Mismatch& mismatch : mismatches) {
+    json.begin_object();
+    json.key("name");
+    json.string(mismatch.name);
+    json.key("a");
+    json.string(text(mismatch.a));
+    json.key("b");
+    json.string(text(mismatch.b));
+    json.end_object();
+  }
+  json.end_array();
+}
+
 void print_json(const DiffArguments& arguments, const DiffReport& report) {
   detail::JsonWriter json;
   json.begin_object();
@@ -56,32 +75,8 @@ void print_json(const DiffArguments& arguments, const DiffReport& report) {
   json.unsigned_integer(report.compared);
   write_names(json, "only_in_a", report.only_in_a);
   write_names(json, "only_in_b", report.only_in_b);
-  json.key("kind_mismatched");
-  json.begin_array();
-  for (const KindMismatch& mismatch : report.kind_mismatched) {
-    json.begin_object();
-    json.key("name");
-    json.string(mismatch.name);
-    json.key("a");
-    json.string(tree_kind_name(mismatch.a));
-    json.key("b");
-    json.string(tree_kind_name(mismatch.b));
-    json.end_object();
-  }
-  json.end_array();
-  json.key("dtype_mismatched");
-  json.begin_array();
-  for (const DTypeMismatch& mismatch : report.dtype_mismatched) {
-    json.begin_object();
-    json.key("name");
-    json.string(mismatch.name);
-    json.key("a");
-    json.string(dtype_name(mismatch.a));
-    json.key("b");
-    json.string(dtype_name(mismatch.b));
-    json.end_object();
-  }
-  json.end_array();
+  write_mismatches(json, "kind_mismatched", report.kind_mismatched, tree_kind_name);
+  write_mismatches(json, "dtype_mismatched", report.dtype_mismatched, dtype_name);
   json.key("shape_mismatched");
   json.begin_array();
   for (const ShapeMismatch& mismatch : report.shape_mismatched) {
