@@ -5,6 +5,10 @@
 // owned by a Storage: heap memory that ckpt allocated, a region of a mapped
 // file, or memory lent by a caller (numpy, torch) with a release callback.
 // The last Buffer that views a Storage releases it.
+//
+// A deferred Buffer (see deferred()) has no address until its bytes are first
+// asked for: its storage produces them then, once (a non-contiguous view of
+// a torch storage is gathered into contiguous memory only when used).
 
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +18,7 @@
 
 namespace ckpt {
 
-enum class StorageKind { kHeap, kMapped, kLent };
+enum class StorageKind { kHeap, kMapped, kLent, kDeferred };
 
 // Owner of one contiguous block of memory. Subclasses release the memory in
 // their destructor.
@@ -26,6 +30,9 @@ class Storage {
   // storage) into `dst`. File-backed storages override this to read from the
   // file with positioned reads, which is faster than faulting the mapping in.
   virtual void copy_out(const std::byte* src, std::span<std::byte> dst) const;
+  // Deferred storages: produces the bytes (once, thread-safe) and returns
+  // their address. Others return nullptr. May throw std::bad_alloc.
+  virtual const std::byte* materialize() const { return nullptr; }
 };
 
 class Buffer {
@@ -42,11 +49,19 @@ class Buffer {
   static Buffer lend(std::span<const std::byte> bytes, std::function<void()> release);
   // A view of `bytes`, which must lie inside `storage`.
   static Buffer view(std::shared_ptr<const Storage> storage, std::span<const std::byte> bytes);
+  // `size` bytes that `storage` (kind kDeferred) produces on first use; until
+  // then copy_to() hands the work to the storage's copy_out(nullptr, dst).
+  static Buffer deferred(std::shared_ptr<const Storage> storage, size_t size);
 
-  const std::byte* data() const noexcept { return data_; }
+  // The bytes' address; a deferred buffer materializes here.
+  const std::byte* data() const { return data_ != nullptr || size_ == 0 ? data_ : storage_->materialize(); }
   size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
-  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+  std::span<const std::byte> bytes() const { return {data(), size_}; }
+  // True until a deferred buffer's bytes are asked for through this Buffer.
+  bool deferred() const noexcept { return data_ == nullptr && size_ != 0; }
+  // The address without materializing (nullptr for a deferred buffer).
+  const std::byte* address() const noexcept { return data_; }
 
   // Writable access; only heap buffers that ckpt allocated are writable.
   // Throws Error{kInvalidArgument} for mapped or lent memory.

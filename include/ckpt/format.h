@@ -21,8 +21,10 @@ namespace ckpt {
 // minus ckpt's own key).
 using Metadata = std::map<std::string, std::string>;
 
-// Per-tensor checksum written by save() and checked by verify.
-enum class ChecksumKind { kNone, kXxh3, kCrc32c };
+// Checksum stored beside the tensors and checked by verify: ckpt's own
+// per-tensor xxh3 or CRC-32C, or the zip CRC-32 of the record holding a
+// tensor's storage (torch files; read only).
+enum class ChecksumKind { kNone, kXxh3, kCrc32c, kCrc32 };
 
 // One stored tensor, in file order.
 struct EntryInfo {

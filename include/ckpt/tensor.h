@@ -46,7 +46,8 @@ class Tensor {
   size_t nbytes() const noexcept { return buffer_.size(); }
 
   const Buffer& buffer() const noexcept { return buffer_; }
-  std::span<const std::byte> bytes() const noexcept { return buffer_.bytes(); }
+  // The bytes (a deferred view materializes here).
+  std::span<const std::byte> bytes() const { return buffer_.bytes(); }
   // Throws Error{kInvalidArgument} unless the buffer is writable heap memory.
   std::span<std::byte> mutable_bytes() { return buffer_.mutable_bytes(); }
 

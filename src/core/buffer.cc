@@ -65,6 +65,11 @@ Buffer Buffer::view(std::shared_ptr<const Storage> storage, std::span<const std:
   return Buffer(std::move(storage), bytes.data(), bytes.size());
 }
 
+Buffer Buffer::deferred(std::shared_ptr<const Storage> storage, size_t size) {
+  if (size == 0) return Buffer();
+  return Buffer(std::move(storage), nullptr, size);
+}
+
 bool Buffer::writable() const noexcept {
   return storage_ != nullptr && storage_->kind() == StorageKind::kHeap;
 }
@@ -83,7 +88,7 @@ Buffer Buffer::slice(size_t offset, size_t size) const {
                                                  std::to_string(size) + ") outside a buffer of " +
                                                  std::to_string(size_) + " bytes");
   }
-  return Buffer(storage_, data_ + offset, size);
+  return Buffer(storage_, data() + offset, size);
 }
 
 void Buffer::copy_to(std::span<std::byte> dst) const {

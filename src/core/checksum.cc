@@ -72,6 +72,7 @@ void Checksummer::update(std::span<const std::byte> bytes) {
       XXH3_64bits_update(static_cast<XXH3_state_t*>(xxh_state_), bytes.data(), bytes.size());
       break;
     case ChecksumKind::kCrc32c: crc_ = crc32c(bytes, crc_); break;
+    case ChecksumKind::kCrc32: crc_ = crc32(bytes, crc_); break;
   }
 }
 
@@ -80,6 +81,7 @@ std::string Checksummer::hex() const {
     case ChecksumKind::kNone: return "";
     case ChecksumKind::kXxh3: return hex_of(XXH3_64bits_digest(static_cast<XXH3_state_t*>(xxh_state_)), 16);
     case ChecksumKind::kCrc32c: return hex_of(crc_, 8);
+    case ChecksumKind::kCrc32: return hex_of(crc_, 8);
   }
   return "";
 }
@@ -89,6 +91,7 @@ std::string checksum_hex(ChecksumKind kind, std::span<const std::byte> bytes) {
     case ChecksumKind::kNone: return "";
     case ChecksumKind::kXxh3: return hex_of(xxh3_64(bytes), 16);
     case ChecksumKind::kCrc32c: return hex_of(crc32c(bytes), 8);
+    case ChecksumKind::kCrc32: return hex_of(crc32(bytes), 8);
   }
   return "";
 }
@@ -98,6 +101,7 @@ std::string_view checksum_name(ChecksumKind kind) {
     case ChecksumKind::kNone: return "none";
     case ChecksumKind::kXxh3: return "xxh3";
     case ChecksumKind::kCrc32c: return "crc32c";
+    case ChecksumKind::kCrc32: return "crc32";
   }
   return "none";
 }
@@ -105,15 +109,17 @@ std::string_view checksum_name(ChecksumKind kind) {
 ChecksumKind checksum_from_name(std::string_view name) {
   if (name == "xxh3") return ChecksumKind::kXxh3;
   if (name == "crc32c") return ChecksumKind::kCrc32c;
+  if (name == "crc32") return ChecksumKind::kCrc32;
   if (name == "none") return ChecksumKind::kNone;
-  throw Error(ErrorCode::kUnsupported, "unknown checksum kind '" + std::string(name) + "' (known: xxh3, crc32c, none)");
+  throw Error(ErrorCode::kUnsupported, "unknown checksum kind '" + std::string(name) + "' (known: xxh3, crc32c, crc32, none)");
 }
 
 size_t checksum_hex_width(ChecksumKind kind) {
   switch (kind) {
     case ChecksumKind::kNone: return 0;
     case ChecksumKind::kXxh3: return 16;
-    case ChecksumKind::kCrc32c: return 8;
+    case ChecksumKind::kCrc32c:
+    case ChecksumKind::kCrc32: return 8;
   }
   return 0;
 }

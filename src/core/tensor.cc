@@ -95,7 +95,7 @@ bool Tensor::equals(const Tensor& other) const {
 
 bool Tensor::same_memory(const Tensor& other) const noexcept {
   return buffer_.storage() != nullptr && buffer_.storage() == other.buffer_.storage() &&
-         buffer_.data() == other.buffer_.data() && nbytes() == other.nbytes();
+         buffer_.address() == other.buffer_.address() && nbytes() == other.nbytes();
 }
 
 void Tensor::check_access(size_t element_size, size_t alignment) const {

@@ -8,6 +8,7 @@
 #include "ckpt/error.h"
 #include "formats/numpy/numpy_format.h"
 #include "formats/safetensors/safetensors_format.h"
+#include "formats/torch/torch_format.h"
 
 namespace ckpt {
 
@@ -16,6 +17,7 @@ std::span<const Format* const> formats() {
       &safetensors_format(),
       &npz_format(),
       &npy_format(),
+      &torch_format(),
   };
   return kFormats;
 }

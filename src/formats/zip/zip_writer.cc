@@ -1,6 +1,7 @@
 #include "formats/zip/zip_writer.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
@@ -10,6 +11,9 @@ namespace {
 
 constexpr uint32_t kMaxAlignment = 32768;
 constexpr uint64_t kZip64LocalExtraSize = kExtraHeaderSize + 16;  // uncompressed + compressed size
+// Entries below this size get their CRC-32 before the writes, so that their
+// headers can be gathered with their data (as AtomicFile gathers spans).
+constexpr uint64_t kPrecomputeCrcBelow = 256 * 1024;
 
 bool is_ascii(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
@@ -58,8 +62,7 @@ void ZipWriter::lay_out(Entry& entry, uint64_t& cursor) const {
 
 std::string ZipWriter::local_header(const Entry& entry) const {
   const bool descriptor = options_.data_descriptor;
-  const uint16_t flags = static_cast<uint16_t>((is_ascii(entry.name) ? 0 : kFlagUtf8) |
-                                               (descriptor ? kFlagDataDescriptor : 0));
+  const uint16_t flags = static_cast<uint16_t>(utf8_flag(entry) | (descriptor ? kFlagDataDescriptor : 0));
   // With a data descriptor, crc and sizes are zero here (as Python writes them).
   const uint64_t size = descriptor ? 0 : entry.size;
   const uint32_t crc = descriptor ? 0 : entry.crc32;
@@ -68,7 +71,7 @@ std::string ZipWriter::local_header(const Entry& entry) const {
   std::string out;
   out.reserve(kLocalHeaderSize + entry.name.size() + entry.extra_length + entry.prefix.size());
   append_u32(out, kLocalHeaderSignature);
-  append_u16(out, entry.local_zip64 ? kVersionZip64 : kVersionDefault);
+  append_u16(out, entry.local_zip64 ? kVersionZip64 : options_.version);
   append_u16(out, flags);
   append_u16(out, kMethodStored);
   append_u16(out, options_.dos_time);
@@ -113,9 +116,9 @@ std::string ZipWriter::data_descriptor(const Entry& entry) const {
 void ZipWriter::append_central_header(std::string& out, const Entry& entry) const {
   const bool zip64_sizes = entry.size > options_.zip64_limit;
   const bool zip64_offset = entry.local_header_offset > options_.zip64_limit;
-  const uint16_t version = (entry.local_zip64 || zip64_sizes || zip64_offset) ? kVersionZip64 : kVersionDefault;
-  const uint16_t flags = static_cast<uint16_t>((is_ascii(entry.name) ? 0 : kFlagUtf8) |
-                                               (options_.data_descriptor ? kFlagDataDescriptor : 0));
+  const uint16_t version = (entry.local_zip64 || zip64_sizes || zip64_offset) ? kVersionZip64 : options_.version;
+  const uint16_t flags =
+      static_cast<uint16_t>(utf8_flag(entry) | (options_.data_descriptor ? kFlagDataDescriptor : 0));
   const uint16_t extra_length =
       static_cast<uint16_t>(zip64_sizes || zip64_offset ? kExtraHeaderSize + 16 * zip64_sizes + 8 * zip64_offset : 0);
   const uint32_t size32 = zip64_sizes ? kZip64Sentinel32 : static_cast<uint32_t>(entry.size);
@@ -152,14 +155,14 @@ void ZipWriter::append_central_header(std::string& out, const Entry& entry) cons
 std::string ZipWriter::end_records(uint64_t directory_offset, uint64_t directory_size) const {
   const uint64_t count = entries_.size();
   std::string out;
-  const bool zip64 = count > kZip64Sentinel16 || directory_offset > options_.zip64_limit ||
-                     directory_size > options_.zip64_limit;
+  const bool zip64 = options_.zip64_end_always || count > kZip64Sentinel16 ||
+                     directory_offset > options_.zip64_limit || directory_size > options_.zip64_limit;
   if (zip64) {
     const uint64_t record_offset = directory_offset + directory_size;
     append_u32(out, kZip64EndRecordSignature);
     append_u64(out, kZip64EndRecordRemainder);
-    append_u16(out, kVersionZip64);  // made by (as Python writes it: no host byte)
-    append_u16(out, kVersionZip64);  // needed
+    append_u16(out, options_.zip64_end_made_by);  // Python: no host byte; miniz: UNIX 3.0
+    append_u16(out, kVersionZip64);               // needed
     append_u32(out, 0);              // this disk
     append_u32(out, 0);              // disk with the central directory
     append_u64(out, count);
@@ -183,41 +186,69 @@ std::string ZipWriter::end_records(uint64_t directory_offset, uint64_t directory
   return out;
 }
 
+uint16_t ZipWriter::utf8_flag(const Entry& entry) const {
+  return options_.utf8_flag_always || !is_ascii(entry.name) ? kFlagUtf8 : 0;
+}
+
 uint64_t ZipWriter::write(detail::AtomicFile& file) {
   uint64_t cursor = 0;
   for (Entry& entry : entries_) lay_out(entry, cursor);
   const uint64_t directory_offset = cursor;
 
-  // The data first: its CRC-32 is computed chunk by chunk as it is written,
-  // continuing the CRC of the entry's prefix.
+  // Small entries: CRC-32 now, so that header, data and descriptor go out as
+  // neighbouring spans that AtomicFile gathers into one large write.
+  std::vector<bool> crc_known(entries_.size(), false);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    Entry& entry = entries_[i];
+    if (entry.size >= kPrecomputeCrcBelow) continue;
+    entry.crc32 = detail::crc32(entry.data.bytes(), detail::crc32(std::as_bytes(std::span(entry.prefix))));
+    crc_known[i] = true;
+  }
+
+  std::deque<std::string> headers;  // stable addresses for the spans
   std::vector<uint32_t> crcs(entries_.size());
   std::vector<detail::WriteSpan> spans;
+  spans.reserve(entries_.size() * 3);
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& entry = entries_[i];
-    crcs[i] = detail::crc32(std::as_bytes(std::span(entry.prefix)));
-    if (entry.data.empty()) continue;
-    uint32_t* crc = &crcs[i];
-    spans.push_back({.bytes = entry.data.bytes(),
-                     .offset = entry.data_offset + entry.prefix.size(),
-                     .on_chunk = [crc](std::span<const std::byte> chunk) { *crc = detail::crc32(chunk, *crc); }});
+    // The local header holds the CRC unless a data descriptor does.
+    if (crc_known[i] || options_.data_descriptor) {
+      const std::string& header = headers.emplace_back(local_header(entry));
+      spans.push_back({.bytes = std::as_bytes(std::span(header)), .offset = entry.local_header_offset});
+    }
+    if (!entry.data.empty()) {
+      detail::WriteSpan span{.bytes = entry.data.bytes(), .offset = entry.data_offset + entry.prefix.size()};
+      if (!crc_known[i]) {
+        crcs[i] = detail::crc32(std::as_bytes(std::span(entry.prefix)));
+        uint32_t* crc = &crcs[i];
+        span.on_chunk = [crc](std::span<const std::byte> chunk) { *crc = detail::crc32(chunk, *crc); };
+      }
+      spans.push_back(std::move(span));
+    }
+    if (crc_known[i] && options_.data_descriptor) {
+      const std::string& descriptor = headers.emplace_back(data_descriptor(entry));
+      spans.push_back({.bytes = std::as_bytes(std::span(descriptor)), .offset = entry.data_offset + entry.size});
+    }
   }
   file.write_parallel(spans, options_.threads);
-  for (size_t i = 0; i < entries_.size(); ++i) entries_[i].crc32 = crcs[i];
 
-  // Then the local headers (with the prefixes) and the central directory,
-  // which need the CRCs.
-  std::string directory;
-  directory.reserve(entries_.size() * (kCentralHeaderSize + 32));
-
-  for (const Entry& entry : entries_) {
-    const std::string header = local_header(entry);
-    file.write_at(std::as_bytes(std::span(header)), entry.local_header_offset);
+  // Large entries: what needs their CRC, now that it is known.
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (crc_known[i]) continue;
+    Entry& entry = entries_[i];
+    entry.crc32 = crcs[i];
     if (options_.data_descriptor) {
       const std::string descriptor = data_descriptor(entry);
       file.write_at(std::as_bytes(std::span(descriptor)), entry.data_offset + entry.size);
+    } else {
+      const std::string header = local_header(entry);
+      file.write_at(std::as_bytes(std::span(header)), entry.local_header_offset);
     }
-    append_central_header(directory, entry);
   }
+
+  std::string directory;
+  directory.reserve(entries_.size() * (kCentralHeaderSize + 32));
+  for (const Entry& entry : entries_) append_central_header(directory, entry);
   const std::string end = end_records(directory_offset, directory.size());
   directory += end;
   file.write_at(std::as_bytes(std::span(directory)), directory_offset);

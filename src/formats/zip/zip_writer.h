@@ -45,6 +45,15 @@ struct ZipWriterOptions {
   uint16_t made_by_system = kSystemUnix;
   // Unix mode 0600 in the high half, as Python's zipfile writes it.
   uint32_t external_attributes = 0600u << 16;
+  // "Version needed to extract" of entries that need no zip64 (and the low
+  // byte of "version made by"); PyTorch's miniz writes 0.
+  uint16_t version = kVersionDefault;
+  // Set the UTF-8 flag on every entry, not only on non-ASCII names (miniz).
+  bool utf8_flag_always = false;
+  // Write the zip64 end record and locator even when nothing needs them
+  // (miniz), with this "version made by".
+  bool zip64_end_always = false;
+  uint16_t zip64_end_made_by = kVersionZip64;
   // Threads for the data writes; 0 picks AtomicFile's default.
   unsigned threads = 0;
 };
@@ -64,8 +73,10 @@ class ZipWriter {
 
   size_t size() const noexcept { return entries_.size(); }
 
-  // Lays the archive out and writes all of it through `file` (entry data in
-  // parallel positioned writes, then the headers and the central directory).
+  // Lays the archive out and writes all of it through `file` in parallel
+  // positioned writes, headers and small entries gathered into large writes
+  // (their CRC-32 computed up front; large entries' while they are written,
+  // their CRC-holding headers after). Then the central directory.
   // Commit is the caller's. Returns the archive's size in bytes.
   // Throws whatever `file` throws (Error{kIo}).
   uint64_t write(detail::AtomicFile& file);
@@ -88,6 +99,7 @@ class ZipWriter {
   void lay_out(Entry& entry, uint64_t& cursor) const;
   std::string local_header(const Entry& entry) const;
   std::string data_descriptor(const Entry& entry) const;
+  uint16_t utf8_flag(const Entry& entry) const;
   void append_central_header(std::string& out, const Entry& entry) const;
   std::string end_records(uint64_t directory_offset, uint64_t directory_size) const;
 

@@ -1,0 +1,447 @@
+#include "formats/torch/torch_reader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <optional>
+
+#include "ckpt/error.h"
+#include "core/checksum.h"
+#include "core/strided.h"
+#include "formats/zip/zip_layout.h"
+#include "formats/torch/torch_writer.h"
+#include "formats/zip/zip_reader.h"
+#include "io/mapped_file.h"
+
+namespace ckpt::torch_detail {
+namespace {
+
+using Kind = PyObject::Kind;
+
+constexpr size_t kMaxDepth = 512;
+// Values a pickle may expand to beyond one per byte (shared references make
+// one opcode stand for a whole subtree; legitimate files stay far below).
+constexpr size_t kExpansionSlack = 1 << 16;
+constexpr int64_t kLegacyProtocolVersion = 1001;
+
+std::string hex8(uint32_t value) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, value >>= 4) out[static_cast<size_t>(i)] = kHex[value & 15];
+  return out;
+}
+
+// Byte-swapped copy of `bytes`, `unit` bytes at a time (big-endian files).
+Buffer swapped(const Buffer& bytes, size_t unit) {
+  Buffer out = Buffer::allocate(bytes.size());
+  std::span<std::byte> dst = out.mutable_bytes();
+  const std::byte* src = bytes.data();
+  for (size_t i = 0; i + unit <= bytes.size(); i += unit) {
+    for (size_t k = 0; k < unit; ++k) dst[i + k] = src[i + unit - 1 - k];
+  }
+  return out;
+}
+
+class TreeBuilder {
+ public:
+  TreeBuilder(size_t pickle_size, const std::function<Tensor(uint32_t)>& tensor_of)
+      : budget_(pickle_size + kExpansionSlack), tensor_of_(tensor_of) {}
+
+  Tree build(const PyObject* object) {
+    try {
+      return convert(object, 0);
+    } catch (Error& error) {
+      if (error.context().entry.empty() && !path_.empty()) error.with_entry(path_name());
+      throw;
+    }
+  }
+
+ private:
+  std::string path_name() const {
+    std::string name;
+    for (const Key& key : path_) {
+      if (!name.empty()) name += '.';
+      name += key_to_string(key);
+    }
+    return name;
+  }
+
+  Tree convert(const PyObject* object, size_t depth) {
+    if (budget_ == 0) {
+      throw Error(ErrorCode::kCorrupt, "pickle's shared references expand to more values than the file can hold");
+    }
+    --budget_;
+    if (depth > kMaxDepth) throw Error(ErrorCode::kCorrupt, "values nested deeper than 512 levels (or a cycle)");
+    switch (object->kind) {
+      case Kind::kNone: return Tree();
+      case Kind::kBool: return Tree(object->flag);
+      case Kind::kInt: return Tree(object->integer);
+      case Kind::kFloat: return Tree(object->real);
+      case Kind::kStr: return Tree(object->text);
+      case Kind::kBytes: return Tree(Bytes{object->text});
+      case Kind::kBigInt: throw Error(ErrorCode::kUnsupported, "integer wider than 64 bits");
+      case Kind::kTensor: return Tree(tensor_of_(static_cast<uint32_t>(object->integer)));
+      case Kind::kStorage: throw Error(ErrorCode::kUnsupported, "a bare storage (not a tensor) is not supported");
+      case Kind::kGlobal:
+        if (object->global == Global::kDType) return Tree(object->text);  // "torch.float32"
+        throw Error(ErrorCode::kUnsupported, "value '" + object->text + "' is not data");
+      case Kind::kTuple:
+      case Kind::kList:
+      case Kind::kSet: {
+        Tree list = Tree::list();
+        list.reserve(object->items.size());
+        for (size_t i = 0; i < object->items.size(); ++i) {
+          path_.emplace_back(static_cast<int64_t>(i));
+          list.push_back(convert(object->items[i], depth + 1));
+          path_.pop_back();
+        }
+        return list;
+      }
+      case Kind::kDict: {
+        Tree map = Tree::map();
+        map.reserve(object->items.size() / 2);
+        for (size_t i = 0; i + 1 < object->items.size(); i += 2) {
+          const PyObject* key = object->items[i];
+          Key tree_key;
+          if (key->kind == Kind::kStr) {
+            tree_key = key->text;
+          } else if (key->kind == Kind::kInt) {
+            tree_key = key->integer;
+          } else {
+            throw Error(ErrorCode::kUnsupported, "dict key of a kind other than string or integer");
+          }
+          path_.push_back(tree_key);
+          Tree value = convert(object->items[i + 1], depth + 1);
+          path_.pop_back();
+          map.set(std::move(tree_key), std::move(value));
+        }
+        return map;
+      }
+    }
+    throw Error(ErrorCode::kCorrupt, "unknown value");
+  }
+
+  size_t budget_;
+  const std::function<Tensor(uint32_t)>& tensor_of_;
+  std::vector<Key> path_;
+};
+
+// Where a storage's bytes are, for one file.
+struct StorageBytes {
+  Buffer bytes;             // exactly the storage's declared bytes
+  uint64_t file_offset = 0; // of the first byte (0 if not mapped)
+  std::string checksum;     // the record's CRC-32 (zip)
+};
+
+// Shared by both layouts: resolves TensorRefs against storages.
+class TensorMaker {
+ public:
+  TensorMaker(const Pickle& pickle, bool big_endian, std::function<StorageBytes(uint32_t)> load)
+      : pickle_(pickle), big_endian_(big_endian), load_(std::move(load)),
+        storages_(pickle.storages.size()), tensors_(pickle.tensors.size()) {}
+
+  Tensor operator()(uint32_t index) {
+    std::optional<Tensor>& cached = tensors_[index];
+    if (!cached) cached = make(pickle_.tensors[index]);
+    return *cached;
+  }
+
+  // File offset and checksum of a made tensor's storage.
+  const StorageBytes& storage_of(uint32_t tensor) const { return *storages_[pickle_.tensors[tensor].storage]; }
+
+ private:
+  Tensor make(const TensorRef& ref) {
+    const StorageRef& storage_ref = pickle_.storages[ref.storage];
+    std::optional<StorageBytes>& storage = storages_[ref.storage];
+    const size_t element_size = dtype_size(ref.dtype);
+    if (!storage) {
+      StorageBytes loaded = load_(ref.storage);
+      if (big_endian_) {
+        const bool complex = ref.dtype == DType::kComplex64 || ref.dtype == DType::kComplex128;
+        const size_t unit = complex ? element_size / 2 : element_size;
+        if (unit > 1) loaded.bytes = swapped(loaded.bytes, unit);
+      }
+      storage = std::move(loaded);
+    }
+    detail::StridedLayout layout{.base = storage->bytes,
+                                 .element_size = element_size,
+                                 .offset = ref.offset,
+                                 .shape = ref.shape,
+                                 .strides = ref.strides};
+    try {
+      detail::checked_view_extent(layout);
+    } catch (Error& error) {
+      throw Error(error.code(), error.message() + " (storage '" + storage_ref.key + "', " +
+                                    std::string(dtype_name(ref.dtype)) + ")");
+    }
+    Buffer buffer = detail::view_buffer(std::move(layout));
+    return Tensor(ref.dtype, ref.shape, std::move(buffer));
+  }
+
+  const Pickle& pickle_;
+  bool big_endian_;
+  std::function<StorageBytes(uint32_t)> load_;
+  std::vector<std::optional<StorageBytes>> storages_;
+  std::vector<std::optional<Tensor>> tensors_;
+};
+
+// The declared byte size of a storage.
+uint64_t storage_nbytes(const StorageRef& storage) {
+  const uint64_t element_size = storage.dtype ? dtype_size(*storage.dtype) : 1;
+  uint64_t nbytes = 0;
+  if (__builtin_mul_overflow(storage.numel, element_size, &nbytes)) {
+    throw Error(ErrorCode::kCorrupt, "storage '" + storage.key + "' declares an impossible size");
+  }
+  return nbytes;
+}
+
+std::string record_text(const zip_detail::ZipReader& zip, const zip_detail::ZipEntry& entry) {
+  const Buffer bytes = zip.read(entry);
+  std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  return text;
+}
+
+// ckpt's metadata record: a pickled dict of strings.
+Metadata read_metadata(const zip_detail::ZipReader& zip, const zip_detail::ZipEntry& record) {
+  const Buffer bytes = zip.read(record);
+  Metadata metadata;
+  try {
+    const Pickle pickle = unpickle(bytes.bytes());
+    if (pickle.root->kind != Kind::kDict) throw Error(ErrorCode::kCorrupt, "metadata is not a dict");
+    for (size_t i = 0; i + 1 < pickle.root->items.size(); i += 2) {
+      const PyObject* key = pickle.root->items[i];
+      const PyObject* value = pickle.root->items[i + 1];
+      if (key->kind != Kind::kStr || value->kind != Kind::kStr) {
+        throw Error(ErrorCode::kCorrupt, "metadata holds a value that is not a string");
+      }
+      metadata[key->text] = value->text;
+    }
+  } catch (Error& error) {
+    throw error.with_entry(record.name);
+  }
+  return metadata;
+}
+
+Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOptions& options) {
+  zip_detail::ZipReader zip(file);
+  const zip_detail::ZipReadOptions read_options{.verify_crc = options.verify};
+  if (zip.entries().empty()) throw Error(ErrorCode::kCorrupt, "zip archive has no records");
+  const std::string& first = zip.entries().front().name;
+  const size_t slash = first.find('/');
+  if (slash == std::string::npos) {
+    throw Error(ErrorCode::kCorrupt, "first record is not inside the archive's folder", {.entry = first});
+  }
+  const std::string prefix = first.substr(0, slash + 1);
+
+  const zip_detail::ZipEntry* pickle_entry = zip.find(prefix + "data.pkl");
+  if (pickle_entry == nullptr) throw Error(ErrorCode::kCorrupt, "no data.pkl record", {.entry = prefix + "data.pkl"});
+
+  bool big_endian = false;
+  if (const zip_detail::ZipEntry* byteorder = zip.find(prefix + "byteorder")) {
+    const std::string order = record_text(zip, *byteorder);
+    if (order == "big") {
+      big_endian = true;
+    } else if (order != "little") {
+      throw Error(ErrorCode::kCorrupt, "byteorder is '" + order.substr(0, 16) + "', not 'little' or 'big'",
+                  {.entry = byteorder->name});
+    }
+  }
+  if (options.verify) {
+    for (const zip_detail::ZipEntry& entry : zip.entries()) zip.read(entry, read_options);
+  }
+
+  const Buffer pickle_bytes = zip.read(*pickle_entry, read_options);
+  Pickle pickle;
+  try {
+    pickle = unpickle(pickle_bytes.bytes(),
+                      {.file_offset = pickle_entry->method == zip_detail::kMethodStored ? pickle_entry->data_offset : 0});
+  } catch (Error& error) {
+    throw error.with_entry(pickle_entry->name);
+  }
+
+  auto load = [&](uint32_t index) {
+    const StorageRef& ref = pickle.storages[index];
+    const std::string name = prefix + "data/" + ref.key;
+    const zip_detail::ZipEntry* entry = zip.find(name);
+    if (entry == nullptr) throw Error(ErrorCode::kCorrupt, "storage record is missing", {.entry = name});
+    const uint64_t nbytes = storage_nbytes(ref);
+    if (entry->uncompressed_size < nbytes) {
+      throw Error(ErrorCode::kCorrupt,
+                  "record holds " + std::to_string(entry->uncompressed_size) + " bytes but its storage declares " +
+                      std::to_string(nbytes),
+                  {.entry = name});
+    }
+    Buffer bytes = zip.read(*entry, {});
+    const bool stored = entry->method == zip_detail::kMethodStored;
+    return StorageBytes{.bytes = bytes.slice(0, nbytes),
+                        .file_offset = stored ? entry->data_offset : 0,
+                        .checksum = hex8(entry->crc32)};
+  };
+  TensorMaker maker(pickle, big_endian, load);
+  std::vector<uint32_t> order;  // tensor index of each leaf, in tree order
+  auto tensor_of = [&](uint32_t index) {
+    order.push_back(index);
+    return maker(index);
+  };
+  Tree tree = pickle_to_tree(pickle, pickle_bytes.size(), tensor_of);
+
+  Contents contents;
+  contents.format = "torch";
+  contents.checksum = ChecksumKind::kCrc32;
+  const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
+  contents.entries.reserve(leaves.size());
+  for (size_t i = 0; i < leaves.size() && i < order.size(); ++i) {
+    const Tensor& tensor = leaves[i].value->tensor();
+    const TensorRef& ref = pickle.tensors[order[i]];
+    const StorageBytes& storage = maker.storage_of(order[i]);
+    const bool contiguous = detail::is_contiguous(ref.shape, ref.strides);
+    contents.entries.push_back({.name = leaves[i].name,
+                                .dtype = tensor.dtype(),
+                                .shape = tensor.shape(),
+                                .offset = contiguous && storage.file_offset != 0 && tensor.nbytes() != 0
+                                              ? storage.file_offset + ref.offset * dtype_size(ref.dtype)
+                                              : 0,
+                                .nbytes = tensor.nbytes(),
+                                .checksum = storage.checksum});
+  }
+  if (const zip_detail::ZipEntry* record = zip.find(prefix + std::string(kMetadataRecord))) {
+    contents.metadata = read_metadata(zip, *record);
+  }
+  contents.tree = std::move(tree);
+  return contents;
+}
+
+// Legacy: magic, protocol, sys_info, the object, the storage keys, then each
+// storage as its element count (8 bytes) and its raw bytes.
+Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadOptions& options) {
+  const std::span<const std::byte> all = file->bytes();
+  uint64_t position = 0;
+  auto next_pickle = [&](bool legacy, const char* what) {
+    try {
+      Pickle pickle = unpickle(all.subspan(position), {.file_offset = position, .legacy = legacy});
+      position += pickle.end;
+      return pickle;
+    } catch (Error& error) {
+      throw error.with_entry(what);
+    }
+  };
+  const Pickle magic = next_pickle(false, "magic number");
+  if (magic.root->kind != Kind::kBigInt ||
+      std::memcmp(magic.root->text.data(), kLegacyMagic + 4, std::min<size_t>(magic.root->text.size(), 10)) != 0 ||
+      magic.root->text.size() != 10) {
+    throw Error(ErrorCode::kCorrupt, "not a legacy torch file: wrong magic number", {.offset = 0});
+  }
+  const Pickle protocol = next_pickle(false, "protocol version");
+  if (protocol.root->kind != Kind::kInt || protocol.root->integer != kLegacyProtocolVersion) {
+    throw Error(ErrorCode::kUnsupported, "legacy torch protocol version is not 1001");
+  }
+  const Pickle sys_info = next_pickle(false, "sys_info");
+  bool big_endian = false;
+  if (sys_info.root->kind == Kind::kDict) {
+    for (size_t i = 0; i + 1 < sys_info.root->items.size(); i += 2) {
+      const PyObject* key = sys_info.root->items[i];
+      const PyObject* value = sys_info.root->items[i + 1];
+      if (key->kind == Kind::kStr && key->text == "little_endian" && value->kind == Kind::kBool) big_endian = !value->flag;
+    }
+  }
+  const uint64_t object_start = position;
+  Pickle pickle = next_pickle(true, "object");
+  const uint64_t object_size = position - object_start;
+  const Pickle keys = next_pickle(false, "storage keys");
+  if (keys.root->kind != Kind::kList) throw Error(ErrorCode::kCorrupt, "storage key list is not a list");
+
+  std::vector<StorageBytes> storages(pickle.storages.size());
+  std::vector<bool> seen(pickle.storages.size(), false);
+  for (const PyObject* key : keys.root->items) {
+    if (key->kind != Kind::kStr) throw Error(ErrorCode::kCorrupt, "storage key is not a string");
+    const auto found = pickle.storage_index.find(key->text);
+    if (found == pickle.storage_index.end()) {
+      throw Error(ErrorCode::kCorrupt, "storage '" + key->text + "' is listed but never used", {.offset = position});
+    }
+    const StorageRef& ref = pickle.storages[found->second];
+    if (all.size() - position < 8) {
+      throw Error(ErrorCode::kCorrupt, "file ends before storage '" + ref.key + "'", {.offset = position});
+    }
+    uint64_t count = 0;
+    for (int i = big_endian ? 0 : 7; big_endian ? i < 8 : i >= 0; big_endian ? ++i : --i) {
+      count = count << 8 | static_cast<uint8_t>(all[position + static_cast<size_t>(i)]);
+    }
+    const uint64_t element_size = ref.dtype ? dtype_size(*ref.dtype) : 1;
+    uint64_t nbytes = 0;
+    if (count != ref.numel || __builtin_mul_overflow(count, element_size, &nbytes) ||
+        nbytes > all.size() - position - 8) {
+      throw Error(ErrorCode::kCorrupt,
+                  "storage '" + ref.key + "' holds " + std::to_string(count) + " elements where " +
+                      std::to_string(ref.numel) + " are declared, or runs past the end of the file",
+                  {.offset = position});
+    }
+    storages[found->second] = {.bytes = file->slice(position + 8, nbytes), .file_offset = position + 8};
+    seen[found->second] = true;
+    position += 8 + nbytes;
+  }
+  if (options.verify && position != all.size()) {
+    throw Error(ErrorCode::kCorrupt, std::to_string(all.size() - position) + " bytes after the last storage",
+                {.offset = position});
+  }
+  auto load = [&](uint32_t index) {
+    if (!seen[index]) throw Error(ErrorCode::kCorrupt, "storage '" + pickle.storages[index].key + "' has no data");
+    return storages[index];
+  };
+  TensorMaker maker(pickle, big_endian, load);
+  std::vector<uint32_t> order;
+  auto tensor_of = [&](uint32_t index) {
+    order.push_back(index);
+    return maker(index);
+  };
+  Tree tree = pickle_to_tree(pickle, object_size, tensor_of);
+
+  Contents contents;
+  contents.format = "torch";
+  const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
+  for (size_t i = 0; i < leaves.size() && i < order.size(); ++i) {
+    const Tensor& tensor = leaves[i].value->tensor();
+    const TensorRef& ref = pickle.tensors[order[i]];
+    const bool contiguous = detail::is_contiguous(ref.shape, ref.strides);
+    contents.entries.push_back({.name = leaves[i].name,
+                                .dtype = tensor.dtype(),
+                                .shape = tensor.shape(),
+                                .offset = contiguous && tensor.nbytes() != 0 && !big_endian
+                                              ? maker.storage_of(order[i]).file_offset + ref.offset * dtype_size(ref.dtype)
+                                              : 0,
+                                .nbytes = tensor.nbytes()});
+  }
+  contents.tree = std::move(tree);
+  return contents;
+}
+
+}  // namespace
+
+bool looks_like_torch(std::span<const std::byte> head, uint64_t file_size) {
+  if (head.size() >= sizeof(kLegacyMagic) && std::memcmp(head.data(), kLegacyMagic, sizeof(kLegacyMagic)) == 0) {
+    return true;
+  }
+  if (!zip_detail::looks_like_zip(head, file_size)) return false;
+  const std::string_view first = zip_detail::first_entry_name(head);
+  return first.find('/') != std::string_view::npos && !first.ends_with(".npy");
+}
+
+Tree pickle_to_tree(const Pickle& pickle, size_t pickle_size, const std::function<Tensor(uint32_t)>& tensor_of) {
+  TreeBuilder builder(pickle_size, tensor_of);
+  return builder.build(pickle.root);
+}
+
+Contents read_torch(const std::filesystem::path& path, const LoadOptions& options) {
+  std::shared_ptr<const detail::MappedFile> file = detail::MappedFile::open(path);
+  const std::span<const std::byte> head = file->bytes().subspan(0, std::min<size_t>(file->size(), 4096));
+  try {
+    if (head.size() >= sizeof(kLegacyMagic) && std::memcmp(head.data(), kLegacyMagic, sizeof(kLegacyMagic)) == 0) {
+      return read_legacy(file, options);
+    }
+    return read_zip(file, options);
+  } catch (Error& error) {
+    throw error.with_path(path);
+  }
+}
+
+}  // namespace ckpt::torch_detail

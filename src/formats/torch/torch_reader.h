@@ -1,0 +1,35 @@
+#pragma once
+// Reading torch.save files: the zip format (torch >= 1.6) and the legacy
+// sequence-of-pickles format (_use_new_zipfile_serialization=False).
+// Byte layout: docs/formats/torch.md.
+
+#include <filesystem>
+#include <span>
+
+#include "ckpt/format.h"
+#include "formats/torch/pickle_reader.h"
+
+namespace ckpt::torch_detail {
+
+// The first bytes of a legacy file: the pickled magic number 0x1950a86a20f9469cfc6c.
+inline constexpr unsigned char kLegacyMagic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
+                                                 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+
+// True for a zip whose first member lies in a folder and is not an .npy (torch
+// zips start with "<archive>/data.pkl"), or a legacy file's magic pickle.
+bool looks_like_torch(std::span<const std::byte> head, uint64_t file_size);
+
+// Reads `path` lazily: contiguous tensors view the mapped file, other views
+// are gathered when first used. Throws Error{kCorrupt} naming the file, the
+// record or tensor, and the offset; Error{kUnsupported} for refused globals.
+Contents read_torch(const std::filesystem::path& path, const LoadOptions& options);
+
+// Builds the tree a pickle describes, making each tensor with `tensor_of`
+// (called once per TensorRef index). Exposed for the legacy reader and tests.
+// Throws Error{kUnsupported} for values a Tree cannot hold (integers wider
+// than 64 bits, complex scalars, bare storages, dict keys that are not
+// strings or integers) and Error{kCorrupt} for nesting deeper than 512 or a
+// pickle whose shared references expand past its own size.
+Tree pickle_to_tree(const Pickle& pickle, size_t pickle_size, const std::function<Tensor(uint32_t)>& tensor_of);
+
+}  // namespace ckpt::torch_detail
