@@ -6,7 +6,7 @@ ASAN_BUILD := build-asan
 PYTHON     := .venv/bin/python
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build asan test test-cpp test-asan test-python demo bench clean
+.PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch clean
 
 all: build
 
@@ -39,6 +39,10 @@ demo: build
 
 bench: build
 	$(BUILD)/ckpt_bench
+	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
+
+bench-torch: build
+	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -4,6 +4,7 @@
 // I/O (higher is better; 1.0 = as fast as the plain calls).
 //
 //   build/ckpt_bench [--dir DIR] [--repeats N] [--gib X] [--threads N]
+//   build/ckpt_bench file PATH ...   (one file, JSON figures: bench_file.cc)
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -175,7 +176,10 @@ void run(const Workload& w, const std::filesystem::path& dir, int repeats, unsig
 
 }  // namespace
 
+int bench_file_main(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "file") return bench_file_main(argc, argv);
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "ckpt-bench";
   int repeats = 3;
   double gib = 1.0;

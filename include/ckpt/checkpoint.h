@@ -28,6 +28,14 @@ Tree load(const std::filesystem::path& path, const LoadOptions& options = {});
 // tensors in file order, checksums.
 Contents open(const std::filesystem::path& path, const LoadOptions& options = {});
 
+// Replaces every tensor of `tree` that maps a file with one in heap memory.
+// Tensors that map one file are read together: the span of the file they
+// cover is read into one heap block with parallel positioned reads, and each
+// tensor becomes a slice of it, so tensors that shared bytes (tied weights,
+// views of one torch storage) still share them. Deferred views are gathered.
+// Throws Error{kIo} if a read fails.
+void materialize(Tree& tree, unsigned threads = 0);
+
 // The format of `path` by content (the extension only breaks ties).
 // Throws Error{kNotFound} / {kUnsupported}.
 const Format& detect(const std::filesystem::path& path);

@@ -53,6 +53,12 @@ struct LoadOptions {
   // Check every stored checksum (reads every byte). Throws Error{kCorrupt}
   // naming the first tensor whose bytes disagree.
   bool verify = false;
+  // False: read every tensor into heap memory before returning (one parallel
+  // read per file region, see materialize()), so that nothing refers to the
+  // file afterwards. True: tensors map the file and are read when touched.
+  bool lazy = true;
+  // Threads for a non-lazy load; 0 picks min(hardware threads, 4).
+  unsigned threads = 0;
 };
 
 struct SaveOptions {

@@ -115,6 +115,9 @@ class Tree {
   std::vector<Leaf> leaves() const;
   // Only the tensor leaves, likewise named.
   std::vector<Leaf> tensor_leaves() const;
+  // Calls `fn` on every tensor leaf in tree order, with write access (to
+  // swap a tensor for another, e.g. a heap copy).
+  void for_each_tensor(const std::function<void(Tensor&)>& fn);
 
   // Deep equality: same shape of tree, same keys in the same order, equal
   // leaves (tensors by dtype, shape and bytes; floats bitwise, so NaN == NaN).

@@ -1,11 +1,19 @@
 #include "ckpt/checkpoint.h"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
 #include "io/mapped_file.h"
+#include <functional>
 
 namespace ckpt {
 namespace {
@@ -33,7 +41,94 @@ auto with_path(const std::filesystem::path& path, Body body) -> decltype(body())
   }
 }
 
+// Read in pieces of this size, spread over the threads.
+constexpr size_t kReadChunk = size_t{8} << 20;
+
+// Runs body(i) for i in [0, count) on up to `threads` threads; rethrows the
+// first exception.
+void parallel_for(size_t count, unsigned threads, const std::function<void(size_t)>& body) {
+  if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  threads = static_cast<unsigned>(std::min<size_t>(threads, count));
+  if (threads <= 1) {
+    for (size_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (size_t i = next++; i < count; i = next++) {
+      try {
+        body(i);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = count;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& thread : pool) thread.join();
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace
+
+void materialize(Tree& tree, unsigned threads) {
+  std::vector<Tensor*> tensors;
+  tree.for_each_tensor([&](Tensor& tensor) { tensors.push_back(&tensor); });
+  // The span of each mapped storage that its tensors cover.
+  struct Block {
+    std::shared_ptr<const Storage> storage;
+    const std::byte* start = nullptr;
+    const std::byte* end = nullptr;
+    Buffer heap;
+  };
+  std::map<const Storage*, Block> blocks;
+  for (Tensor* tensor : tensors) {
+    const Buffer& buffer = tensor->buffer();
+    if (buffer.kind() != StorageKind::kMapped || buffer.empty()) continue;
+    Block& block = blocks[buffer.storage().get()];
+    const std::byte* start = buffer.address();
+    const std::byte* end = start + buffer.size();
+    if (block.storage == nullptr) {
+      block = {buffer.storage(), start, end, Buffer()};
+    } else {
+      block.start = std::min(block.start, start);
+      block.end = std::max(block.end, end);
+    }
+  }
+  struct Piece {
+    Block* block;
+    size_t offset;
+    size_t size;
+  };
+  std::vector<Piece> pieces;
+  for (auto& [storage, block] : blocks) {
+    const auto size = static_cast<size_t>(block.end - block.start);
+    block.heap = Buffer::allocate(size);
+    for (size_t offset = 0; offset < size; offset += kReadChunk) {
+      pieces.push_back({&block, offset, std::min(kReadChunk, size - offset)});
+    }
+  }
+  parallel_for(pieces.size(), threads, [&](size_t i) {
+    const Piece& piece = pieces[i];
+    const Buffer source = Buffer::view(piece.block->storage, {piece.block->start + piece.offset, piece.size});
+    source.copy_to(piece.block->heap.mutable_bytes().subspan(piece.offset, piece.size));
+  });
+  for (Tensor* tensor : tensors) {
+    const Buffer& buffer = tensor->buffer();
+    if (buffer.kind() == StorageKind::kMapped && !buffer.empty()) {
+      const Block& block = blocks.at(buffer.storage().get());
+      Buffer heap = block.heap.slice(static_cast<size_t>(buffer.address() - block.start), buffer.size());
+      *tensor = Tensor(tensor->dtype(), tensor->shape(), std::move(heap));
+    } else if (buffer.deferred()) {
+      *tensor = tensor->copy();
+    }
+  }
+}
 
 const Format& detect(const std::filesystem::path& path) {
   return with_path(path, [&]() -> const Format& {
@@ -57,7 +152,9 @@ const Format& detect(const std::filesystem::path& path) {
 Contents open(const std::filesystem::path& path, const LoadOptions& options) {
   return with_path(path, [&] {
     const Format& format = options.format.empty() ? detect(path) : format_by_id(options.format);
-    return format.read(path, options);
+    Contents contents = format.read(path, options);
+    if (!options.lazy) materialize(contents.tree, options.threads);
+    return contents;
   });
 }
 

@@ -1,5 +1,7 @@
 #include "ckpt/buffer.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,14 +12,20 @@ namespace ckpt {
 namespace {
 
 constexpr size_t kHeapAlignment = 64;
+// Blocks this large are 2 MiB aligned and asked to be backed by huge pages:
+// 512 times fewer page faults when a large tensor is first written.
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeFrom = size_t{8} << 20;
 
 class HeapStorage final : public Storage {
  public:
   explicit HeapStorage(size_t size) {
     // aligned_alloc needs a size that is a multiple of the alignment (and > 0).
-    const size_t rounded = (size + kHeapAlignment - 1) / kHeapAlignment * kHeapAlignment;
-    data_ = static_cast<std::byte*>(std::aligned_alloc(kHeapAlignment, rounded == 0 ? kHeapAlignment : rounded));
+    const size_t alignment = size >= kHugeFrom ? kHugePage : kHeapAlignment;
+    const size_t rounded = (size + alignment - 1) / alignment * alignment;
+    data_ = static_cast<std::byte*>(std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded));
     if (data_ == nullptr) throw std::bad_alloc();
+    if (alignment == kHugePage) ::madvise(data_, rounded, MADV_HUGEPAGE);  // advice only; failure is harmless
   }
   ~HeapStorage() override { std::free(data_); }
   StorageKind kind() const override { return StorageKind::kHeap; }

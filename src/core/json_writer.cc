@@ -12,6 +12,18 @@ void append_json_string(std::string& out, std::string_view value) {
   size_t run_start = 0;
   for (size_t i = 0; i < value.size(); ++i) {
     const auto u = static_cast<unsigned char>(value[i]);
+    // A UTF-16 surrogate encoded as UTF-8 (ED A0..BF xx, which Python strings
+    // may hold and pickles carry) is not UTF-8: write it as a \uDxxx escape.
+    if (u == 0xED && i + 2 < value.size() && (static_cast<unsigned char>(value[i + 1]) & 0xE0) == 0xA0) {
+      out.append(value.data() + run_start, i - run_start);
+      const unsigned code = 0xD000u | (static_cast<unsigned char>(value[i + 1]) & 0x3Fu) << 6 |
+                            (static_cast<unsigned char>(value[i + 2]) & 0x3Fu);
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(code >> shift) & 15];
+      i += 2;
+      run_start = i + 1;
+      continue;
+    }
     if (u >= 0x20 && u != '"' && u != '\\') continue;
     out.append(value.data() + run_start, i - run_start);
     run_start = i + 1;

@@ -300,6 +300,15 @@ std::vector<Tree::Leaf> collect(const Tree& tree, bool tensors_only) {
 std::vector<Tree::Leaf> Tree::leaves() const { return collect(*this, false); }
 std::vector<Tree::Leaf> Tree::tensor_leaves() const { return collect(*this, true); }
 
+void Tree::for_each_tensor(const std::function<void(Tensor&)>& fn) {
+  if (kind_ == Kind::kTensor) {
+    fn(std::get<Tensor>(scalar_));
+    return;
+  }
+  if (!children_) return;
+  for (TreeEntry& entry : *children_) entry.value.for_each_tensor(fn);
+}
+
 const Tree* Tree::find_path(std::string_view name) const {
   if (const Tree* found = find_structural(*this, name)) return found;
   // Escaped names (collisions) are only known to the full walk.

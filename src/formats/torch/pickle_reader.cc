@@ -182,6 +182,24 @@ class Machine {
     if (stack_.size() <= floor()) fail("pickle stack underflow");
     return stack_.back();
   }
+  // Removes the last mark; returns where its objects start on the stack.
+  size_t take_mark() {
+    if (marks_.empty()) fail("pickle has no MARK to pop to");
+    const size_t mark = marks_.back();
+    marks_.pop_back();
+    return mark;
+  }
+  // The object just below a mark that was taken (the container that
+  // APPENDS / SETITEMS fill).
+  PyObject* below(size_t mark) {
+    if (mark <= floor()) fail("pickle stack underflow");
+    return stack_[mark - 1];
+  }
+  // Moves the objects above `mark` to the end of `into`.
+  void move_above(size_t mark, std::vector<PyObject*>& into) {
+    into.insert(into.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
+    stack_.resize(mark);
+  }
   // The objects above the last mark, which is removed.
   std::vector<PyObject*> pop_mark() {
     if (marks_.empty()) fail("pickle has no MARK to pop to");
@@ -373,8 +391,9 @@ class Machine {
         return;
       }
       case kTuple: {
+        const size_t mark = take_mark();
         PyObject* tuple = make(Kind::kTuple);
-        tuple->items = pop_mark();
+        move_above(mark, tuple->items);
         push(tuple);
         return;
       }
@@ -393,10 +412,10 @@ class Machine {
         return;
       }
       case kAppends: {
-        std::vector<PyObject*> values = pop_mark();
-        PyObject* list = top();
+        const size_t mark = take_mark();
+        PyObject* list = below(mark);
         if (list->kind != Kind::kList) fail("APPENDS to a non-list");
-        list->items.insert(list->items.end(), values.begin(), values.end());
+        move_above(mark, list->items);
         return;
       }
       case kEmptyDict: push(make(Kind::kDict)); return;
@@ -418,11 +437,11 @@ class Machine {
         return;
       }
       case kSetItems: {
-        std::vector<PyObject*> items = pop_mark();
-        if (items.size() % 2 != 0) fail("SETITEMS with an odd number of items");
-        PyObject* dict = top();
+        const size_t mark = take_mark();
+        if ((stack_.size() - mark) % 2 != 0) fail("SETITEMS with an odd number of items");
+        PyObject* dict = below(mark);
         if (dict->kind != Kind::kDict) fail("SETITEMS on a non-dict");
-        dict->items.insert(dict->items.end(), items.begin(), items.end());
+        move_above(mark, dict->items);
         return;
       }
       case kEmptySet: push(make(Kind::kSet)); return;
@@ -692,6 +711,30 @@ class Machine {
     if (tensor.shape.size() != tensor.strides.size()) fail("tensor size and stride have different lengths");
     for (size_t i = 0; i < tensor.shape.size(); ++i) {
       if (tensor.shape[i] < 0 || tensor.strides[i] < 0) fail("negative tensor size or stride");
+    }
+    // The optional metadata dict (torch._utils.get_tensor_metadata): the
+    // conj and neg bits of lazy views.
+    const size_t metadata_at = which == Global::kRebuildTensorV2 ? 6 : 7;
+    if (which != Global::kRebuildTensor && items.size() > metadata_at) {
+      const PyObject* metadata = items[metadata_at];
+      if (metadata->kind == Kind::kDict) {
+        for (size_t i = 0; i + 1 < metadata->items.size(); i += 2) {
+          const PyObject* key = metadata->items[i];
+          const PyObject* value = metadata->items[i + 1];
+          const bool on = value->kind == Kind::kBool && value->flag;
+          if (key->kind == Kind::kStr && key->text == "conj") {
+            tensor.conj = on;
+          } else if (key->kind == Kind::kStr && key->text == "neg") {
+            tensor.neg = on;
+          } else {
+            fail("tensor metadata '" + (key->kind == Kind::kStr ? key->text : std::string("?")) +
+                     "' is not supported",
+                 ErrorCode::kUnsupported);
+          }
+        }
+      } else if (metadata->kind != Kind::kNone) {
+        fail(std::string(what) + ": metadata is not a dict");
+      }
     }
     PyObject* object = make(Kind::kTensor);
     object->integer = static_cast<int64_t>(result_.tensors.size());

@@ -62,6 +62,10 @@ struct TensorRef {
   Shape shape;
   std::vector<int64_t> strides;
   bool parameter = false;     // came through _rebuild_parameter
+  // Lazy conjugate / negative views (torch's conj and neg bits, saved in the
+  // rebuild call's metadata dict): the stored values are the base's.
+  bool conj = false;
+  bool neg = false;
 };
 
 struct PyObject {

@@ -133,6 +133,39 @@ struct StorageBytes {
   std::string checksum;     // the record's CRC-32 (zip)
 };
 
+// The values of a lazy conjugate / negative view, in heap memory: conj
+// negates the imaginary parts (a no-op on real dtypes), neg every value.
+Tensor resolve_bits(const Tensor& view, const TensorRef& ref) {
+  Tensor out = view.copy();
+  std::span<std::byte> bytes = out.mutable_bytes();
+  const size_t element_size = dtype_size(ref.dtype);
+  const bool complex = ref.dtype == DType::kComplex64 || ref.dtype == DType::kComplex128;
+  const bool floating = complex || ref.dtype == DType::kFloat16 || ref.dtype == DType::kBFloat16 ||
+                        ref.dtype == DType::kFloat32 || ref.dtype == DType::kFloat64 ||
+                        ref.dtype == DType::kFloat8E4M3FN || ref.dtype == DType::kFloat8E5M2;
+  if (!floating && ref.neg) {
+    // Integers: two's complement negation, little-endian.
+    if (ref.dtype == DType::kBool) throw Error(ErrorCode::kUnsupported, "negative view of a bool tensor");
+    for (size_t at = 0; at < bytes.size(); at += element_size) {
+      unsigned carry = 1;
+      for (size_t k = 0; k < element_size; ++k) {
+        const unsigned value = (~static_cast<unsigned>(bytes[at + k]) & 0xFFu) + carry;
+        bytes[at + k] = static_cast<std::byte>(value & 0xFF);
+        carry = value >> 8;
+      }
+    }
+    return out;
+  }
+  // Floats: flip sign bits (the top bit of each little-endian component).
+  const size_t component = complex ? element_size / 2 : element_size;
+  for (size_t at = 0; at < bytes.size(); at += element_size) {
+    if (ref.neg) bytes[at + component - 1] ^= std::byte{0x80};
+    if (complex && ref.neg) bytes[at + element_size - 1] ^= std::byte{0x80};
+    if (complex && ref.conj) bytes[at + element_size - 1] ^= std::byte{0x80};
+  }
+  return out;
+}
+
 // Shared by both layouts: resolves TensorRefs against storages.
 class TensorMaker {
  public:
@@ -175,7 +208,9 @@ class TensorMaker {
                                     std::string(dtype_name(ref.dtype)) + ")");
     }
     Buffer buffer = detail::view_buffer(std::move(layout));
-    return Tensor(ref.dtype, ref.shape, std::move(buffer));
+    Tensor tensor(ref.dtype, ref.shape, std::move(buffer));
+    if (ref.conj || ref.neg) return resolve_bits(tensor, ref);
+    return tensor;
   }
 
   const Pickle& pickle_;

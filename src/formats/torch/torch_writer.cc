@@ -290,6 +290,7 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
   const std::string prefix = archive_name(path) + "/";
   zip_detail::ZipWriter zip({.alignment = 64,
                              .data_descriptor = true,
+                             .no_descriptor_when_empty = true,
                              .dos_time = 0,
                              .dos_date = 0,
                              .made_by_system = 0,
@@ -303,10 +304,9 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
   zip.add(prefix + ".format_version", "1", Buffer());
   zip.add(prefix + ".storage_alignment", "64", Buffer());
   zip.add(prefix + "byteorder", "little", Buffer());
-  std::vector<const StorageOut*> sorted;
-  for (const StorageOut& storage : storages) sorted.push_back(&storage);
-  std::sort(sorted.begin(), sorted.end(), [](const StorageOut* a, const StorageOut* b) { return a->key < b->key; });
-  for (const StorageOut* storage : sorted) zip.add(prefix + "data/" + storage->key, "", storage->bytes);
+  // In key order 0, 1, 2, ... (first appearance): with .format_version 1,
+  // torch may compute record offsets itself assuming exactly this order.
+  for (const StorageOut& storage : storages) zip.add(prefix + "data/" + storage.key, "", storage.bytes);
   zip.add(prefix + "version", "3\n", Buffer());
   if (options.extras && !options.metadata.empty()) {
     // User metadata (torch has no place for it): a pickled dict of strings in

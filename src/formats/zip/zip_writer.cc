@@ -57,11 +57,11 @@ void ZipWriter::lay_out(Entry& entry, uint64_t& cursor) const {
   entry.extra_length = static_cast<uint16_t>(extra);
   entry.data_offset = cursor + kLocalHeaderSize + entry.name.size() + extra;
   cursor = entry.data_offset + entry.size;
-  if (options_.data_descriptor) cursor += entry.local_zip64 ? kDataDescriptorSize64 : kDataDescriptorSize32;
+  if (has_descriptor(entry)) cursor += entry.local_zip64 ? kDataDescriptorSize64 : kDataDescriptorSize32;
 }
 
 std::string ZipWriter::local_header(const Entry& entry) const {
-  const bool descriptor = options_.data_descriptor;
+  const bool descriptor = has_descriptor(entry);
   const uint16_t flags = static_cast<uint16_t>(utf8_flag(entry) | (descriptor ? kFlagDataDescriptor : 0));
   // With a data descriptor, crc and sizes are zero here (as Python writes them).
   const uint64_t size = descriptor ? 0 : entry.size;
@@ -118,7 +118,7 @@ void ZipWriter::append_central_header(std::string& out, const Entry& entry) cons
   const bool zip64_offset = entry.local_header_offset > options_.zip64_limit;
   const uint16_t version = (entry.local_zip64 || zip64_sizes || zip64_offset) ? kVersionZip64 : options_.version;
   const uint16_t flags =
-      static_cast<uint16_t>(utf8_flag(entry) | (options_.data_descriptor ? kFlagDataDescriptor : 0));
+      static_cast<uint16_t>(utf8_flag(entry) | (has_descriptor(entry) ? kFlagDataDescriptor : 0));
   const uint16_t extra_length =
       static_cast<uint16_t>(zip64_sizes || zip64_offset ? kExtraHeaderSize + 16 * zip64_sizes + 8 * zip64_offset : 0);
   const uint32_t size32 = zip64_sizes ? kZip64Sentinel32 : static_cast<uint32_t>(entry.size);
@@ -186,6 +186,10 @@ std::string ZipWriter::end_records(uint64_t directory_offset, uint64_t directory
   return out;
 }
 
+bool ZipWriter::has_descriptor(const Entry& entry) const {
+  return options_.data_descriptor && !(options_.no_descriptor_when_empty && entry.size == 0);
+}
+
 uint16_t ZipWriter::utf8_flag(const Entry& entry) const {
   return options_.utf8_flag_always || !is_ascii(entry.name) ? kFlagUtf8 : 0;
 }
@@ -212,7 +216,7 @@ uint64_t ZipWriter::write(detail::AtomicFile& file) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& entry = entries_[i];
     // The local header holds the CRC unless a data descriptor does.
-    if (crc_known[i] || options_.data_descriptor) {
+    if (crc_known[i] || has_descriptor(entry)) {
       const std::string& header = headers.emplace_back(local_header(entry));
       spans.push_back({.bytes = std::as_bytes(std::span(header)), .offset = entry.local_header_offset});
     }
@@ -225,7 +229,7 @@ uint64_t ZipWriter::write(detail::AtomicFile& file) {
       }
       spans.push_back(std::move(span));
     }
-    if (crc_known[i] && options_.data_descriptor) {
+    if (crc_known[i] && has_descriptor(entry)) {
       const std::string& descriptor = headers.emplace_back(data_descriptor(entry));
       spans.push_back({.bytes = std::as_bytes(std::span(descriptor)), .offset = entry.data_offset + entry.size});
     }
@@ -237,7 +241,7 @@ uint64_t ZipWriter::write(detail::AtomicFile& file) {
     if (crc_known[i]) continue;
     Entry& entry = entries_[i];
     entry.crc32 = crcs[i];
-    if (options_.data_descriptor) {
+    if (has_descriptor(entry)) {
       const std::string descriptor = data_descriptor(entry);
       file.write_at(std::as_bytes(std::span(descriptor)), entry.data_offset + entry.size);
     } else {

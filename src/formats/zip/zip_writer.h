@@ -40,6 +40,9 @@ struct ZipWriterOptions {
   // Write crc and sizes in a data descriptor after each entry's data (flag
   // bit 3) instead of in the local header.
   bool data_descriptor = false;
+  // ...except for empty entries, which then have neither the flag nor the
+  // descriptor (miniz).
+  bool no_descriptor_when_empty = false;
   uint16_t dos_time = kDosTimeMidnight;
   uint16_t dos_date = kDosDate1980;
   uint16_t made_by_system = kSystemUnix;
@@ -100,6 +103,7 @@ class ZipWriter {
   std::string local_header(const Entry& entry) const;
   std::string data_descriptor(const Entry& entry) const;
   uint16_t utf8_flag(const Entry& entry) const;
+  bool has_descriptor(const Entry& entry) const;
   void append_central_header(std::string& out, const Entry& entry) const;
   std::string end_records(uint64_t directory_offset, uint64_t directory_size) const;
 

@@ -1,0 +1,95 @@
+// `ckpt_bench file PATH`: times ckpt on one existing checkpoint (any format)
+// and prints the figures as one JSON object, for bench/bench_torch.py to set
+// beside the peer framework's figures measured in the same run:
+//   open_s      lazy open (ckpt::open: index and tree, no tensor data read)
+//   load_s      open with lazy=false: every tensor read into fresh heap memory
+//   save_s      write the materialized tree to DIR/ckpt-save.<ext> (no fsync)
+//   save_fsync_s  the same with fsync (ckpt's default)
+// Each is the best of --repeats runs.
+//
+//   build/ckpt_bench file PATH [--repeats N] [--dir DIR] [--threads N]
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckpt/ckpt.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <class Body>
+double best_seconds(int repeats, Body body) {
+  double best = 1e100;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = Clock::now();
+    body();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int bench_file_main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: ckpt_bench file PATH [--repeats N] [--dir DIR] [--threads N]\n");
+    return 2;
+  }
+  const std::filesystem::path path = argv[2];
+  int repeats = 3;
+  unsigned threads = 0;
+  std::filesystem::path dir = std::filesystem::temp_directory_path();
+  for (int i = 3; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--repeats") repeats = std::max(1, std::atoi(argv[i + 1]));
+    else if (flag == "--dir") dir = argv[i + 1];
+    else if (flag == "--threads") threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
+  }
+  try {
+    size_t tensors = 0;
+    uint64_t bytes = 0;
+    const double open_s = best_seconds(repeats, [&] {
+      const ckpt::Contents contents = ckpt::open(path);
+      tensors = contents.entries.size();
+      bytes = 0;
+      for (const ckpt::EntryInfo& entry : contents.entries) bytes += entry.nbytes;
+    });
+    ckpt::Tree loaded;
+    const double load_s = best_seconds(repeats, [&] {
+      ckpt::Tree tree = ckpt::open(path, {.lazy = false, .threads = threads}).tree;
+      loaded = std::move(tree);
+    });
+    // Every tensor in heap memory, as torch.load leaves them.
+    loaded.for_each_tensor([](ckpt::Tensor& tensor) {
+      if (tensor.buffer().kind() == ckpt::StorageKind::kMapped) std::abort();
+    });
+    const std::filesystem::path out = dir / ("ckpt-save" + path.extension().string());
+    const ckpt::SaveOptions options{.format = std::string(ckpt::open(path).format), .fsync = false, .threads = threads};
+    double save_s = 1e100;
+    double save_fsync_s = 1e100;
+    for (int i = 0; i < repeats; ++i) {
+      for (bool sync : {false, true}) {
+        std::filesystem::remove(out);  // deleting the last copy is not part of a save
+        ckpt::SaveOptions o = options;
+        o.fsync = sync;
+        const auto start = Clock::now();
+        ckpt::save(out, loaded, o);
+        const double t = std::chrono::duration<double>(Clock::now() - start).count();
+        (sync ? save_fsync_s : save_s) = std::min(sync ? save_fsync_s : save_s, t);
+      }
+    }
+    std::filesystem::remove(out);
+    std::printf("{\"tensors\": %zu, \"bytes\": %llu, \"open_s\": %.9f, \"load_s\": %.9f, \"save_s\": %.9f, "
+                "\"save_fsync_s\": %.9f}\n",
+                tensors, static_cast<unsigned long long>(bytes), open_s, load_s, save_s, save_fsync_s);
+  } catch (const ckpt::Error& error) {
+    std::fprintf(stderr, "bench: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,98 @@
+"""ckpt beside torch 2.13 on .pt files, in one run (make bench-torch).
+
+Writes two states with torch.save -- a 1 GiB state (100 float32 tensors) and
+a 10,000-tensor state (10 KiB each) -- then times, best of N, on the same
+warm files:
+  torch.load (all tensors materialized)  vs  ckpt open + copy every tensor
+  torch.load(mmap=True)                  vs  ckpt lazy open
+  torch.save                             vs  ckpt save (.pt, no fsync; and with fsync)
+ckpt's figures come from `ckpt_bench file PATH` (C++), run as a subprocess
+that reports its own timings, so process start-up is not counted.
+Prints ratios (peer time / ckpt time: higher is better for ckpt). Never part
+of pass/fail.
+
+    .venv/bin/python bench/bench_torch.py [--repeats N] [--gib X] [--bench build/ckpt_bench]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+
+import torch
+
+
+def best(repeats, body, before=None):
+    times = []
+    for _ in range(repeats):
+        if before:
+            before()
+        start = time.perf_counter()
+        body()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def state(count, elements):
+    generator = torch.Generator().manual_seed(0)
+    return {f"layers.{i}.weight": torch.rand(elements, generator=generator) for i in range(count)}
+
+
+def measure(label, sd, directory, bench, repeats):
+    path = directory / f"{label}.pt"
+    out = directory / f"{label}-torch-save.pt"
+    torch.save(sd, path)
+    n = len(sd)
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+
+    def remove_out():
+        if out.exists():
+            out.unlink()
+
+    t_save = best(repeats, lambda: torch.save(sd, out), before=remove_out)
+    remove_out()
+    t_load = best(repeats, lambda: torch.load(path))
+    t_mmap = best(repeats, lambda: torch.load(path, mmap=True))
+    result = subprocess.run([bench, "file", str(path), "--repeats", str(repeats), "--dir", str(directory)],
+                            check=True, capture_output=True, text=True)
+    c = json.loads(result.stdout)
+    assert c["tensors"] == n and c["bytes"] == nbytes, (c, n, nbytes)
+
+    print(f"\n== {label}: {n} float32 tensors, {nbytes / 2**20:.0f} MiB (best of {repeats}) ==")
+    print(f"load, all tensors materialized: torch.load {t_load * 1e3:9.1f} ms | ckpt {c['load_s'] * 1e3:9.1f} ms"
+          f" | ratio {t_load / c['load_s']:6.2f}x")
+    print(f"lazy open: torch.load {t_load * 1e3:9.1f} ms | torch.load(mmap=True) {t_mmap * 1e3:9.1f} ms"
+          f" | ckpt open {c['open_s'] * 1e3:8.2f} ms | ratio vs load {t_load / c['open_s']:7.1f}x,"
+          f" vs mmap {t_mmap / c['open_s']:6.2f}x")
+    print(f"save: torch.save {t_save * 1e3:9.1f} ms | ckpt {c['save_s'] * 1e3:9.1f} ms | ratio {t_save / c['save_s']:6.2f}x"
+          f" | ckpt with fsync {c['save_fsync_s'] * 1e3:9.1f} ms, ratio {t_save / c['save_fsync_s']:6.2f}x")
+    print(f"per tensor: torch.load {t_load / n * 1e6:7.2f} us, torch.load(mmap) {t_mmap / n * 1e6:7.2f} us"
+          f" | ckpt open {c['open_s'] / n * 1e6:6.2f} us, ckpt load {c['load_s'] / n * 1e6:6.2f} us")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gib", type=float, default=1.0)
+    root = pathlib.Path(__file__).resolve().parents[1]
+    parser.add_argument("--bench", default=str(root / "build" / "ckpt_bench"))
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    directory = pathlib.Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-torch-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    print(f"torch {torch.__version__}; ratios are torch time / ckpt time (higher: ckpt faster); files in {directory}")
+    try:
+        measure("large", state(100, int(args.gib * 2**30 / 100 / 4)), directory, args.bench, args.repeats)
+        measure("many", state(10000, 2560), directory, args.bench, args.repeats)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
