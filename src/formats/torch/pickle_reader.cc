@@ -30,6 +30,7 @@ enum Op : uint8_t {
 };
 
 constexpr int kHighestProtocol = 5;
+constexpr size_t kArenaChunk = 1024;
 
 // Latin-1 code points of a UTF-8 string as bytes; false if one exceeds 255.
 bool latin1_bytes(std::string_view utf8, std::string& out) {
@@ -120,11 +121,25 @@ class Machine {
   }
 
   PyObject* make(Kind kind) {
-    PyObject& object = result_.arena.emplace_back();
+    if (result_.arena.empty() || result_.arena_used == kArenaChunk) {
+      result_.arena.push_back(std::make_unique<PyObject[]>(kArenaChunk));
+      result_.arena_used = 0;
+    }
+    PyObject& object = result_.arena.back()[result_.arena_used++];
     object.kind = kind;
     return &object;
   }
   PyObject* make_int(int64_t value) {
+    // Small non-negative ints (sizes, strides, offsets) are shared: objects
+    // are never mutated once made.
+    if (value >= 0 && value < kSmallInts) {
+      PyObject*& cached = small_ints_[static_cast<size_t>(value)];
+      if (cached == nullptr) {
+        cached = make(Kind::kInt);
+        cached->integer = value;
+      }
+      return cached;
+    }
     PyObject* object = make(Kind::kInt);
     object->integer = value;
     return object;
@@ -196,8 +211,8 @@ class Machine {
     return stack_[mark - 1];
   }
   // Moves the objects above `mark` to the end of `into`.
-  void move_above(size_t mark, std::vector<PyObject*>& into) {
-    into.insert(into.end(), stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
+  void move_above(size_t mark, ItemList& into) {
+    into.append(stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
     stack_.resize(mark);
   }
   // The objects above the last mark, which is removed.
@@ -384,9 +399,10 @@ class Machine {
       case kTuple2:
       case kTuple3: {
         const size_t count = op - kTuple1 + 1;
+        PyObject* popped[3];
+        for (size_t i = count; i-- > 0;) popped[i] = pop();
         PyObject* tuple = make(Kind::kTuple);
-        tuple->items.resize(count);
-        for (size_t i = count; i-- > 0;) tuple->items[i] = pop();
+        tuple->items.append(popped, popped + count);
         push(tuple);
         return;
       }
@@ -399,8 +415,9 @@ class Machine {
       }
       case kEmptyList: push(make(Kind::kList)); return;
       case kList: {
+        const size_t mark = take_mark();
         PyObject* list = make(Kind::kList);
-        list->items = pop_mark();
+        move_above(mark, list->items);
         push(list);
         return;
       }
@@ -420,10 +437,10 @@ class Machine {
       }
       case kEmptyDict: push(make(Kind::kDict)); return;
       case kDict: {
-        std::vector<PyObject*> items = pop_mark();
-        if (items.size() % 2 != 0) fail("DICT with an odd number of items");
+        const size_t mark = take_mark();
+        if ((stack_.size() - mark) % 2 != 0) fail("DICT with an odd number of items");
         PyObject* dict = make(Kind::kDict);
-        dict->items = std::move(items);
+        move_above(mark, dict->items);
         push(dict);
         return;
       }
@@ -446,15 +463,16 @@ class Machine {
       }
       case kEmptySet: push(make(Kind::kSet)); return;
       case kAddItems: {
-        std::vector<PyObject*> items = pop_mark();
-        PyObject* set = top();
+        const size_t mark = take_mark();
+        PyObject* set = below(mark);
         if (set->kind != Kind::kSet) fail("ADDITEMS on a non-set");
-        set->items.insert(set->items.end(), items.begin(), items.end());
+        move_above(mark, set->items);
         return;
       }
       case kFrozenSet: {
+        const size_t mark = take_mark();
         PyObject* set = make(Kind::kSet);
-        set->items = pop_mark();
+        move_above(mark, set->items);
         push(set);
         return;
       }
@@ -506,8 +524,9 @@ class Machine {
         const std::string module(take_line());
         const std::string name(take_line());
         PyObject* cls = make_global(module, name);
+        const size_t mark = take_mark();
         PyObject* args = make(Kind::kTuple);
-        args->items = pop_mark();
+        move_above(mark, args->items);
         push(call(cls, args));
         return;
       }
@@ -551,7 +570,7 @@ class Machine {
   }
 
   // Arguments of an interpreted call.
-  const std::vector<PyObject*>& arguments(PyObject* args, const char* what, size_t min, size_t max) {
+  const ItemList& arguments(PyObject* args, const char* what, size_t min, size_t max) {
     if (args->kind != Kind::kTuple) fail(std::string(what) + ": arguments are not a tuple");
     if (args->items.size() < min || args->items.size() > max) {
       fail(std::string(what) + ": " + std::to_string(args->items.size()) + " arguments");
@@ -805,6 +824,8 @@ class Machine {
   std::vector<PyObject*> memo_;
   std::unordered_map<uint64_t, PyObject*> sparse_memo_;
   uint64_t memo_count_ = 0;
+  static constexpr int64_t kSmallInts = 256;
+  PyObject* small_ints_[kSmallInts] = {};
   PyObject* none_;
   PyObject* true_;
   PyObject* false_;

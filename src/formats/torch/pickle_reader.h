@@ -14,7 +14,7 @@
 // as far as the opcodes that fill it.
 
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -68,6 +68,46 @@ struct TensorRef {
   bool neg = false;
 };
 
+struct PyObject;
+
+// The items of a container: up to six inline (every tuple of a tensor's
+// rebuild call fits, so parsing a tensor allocates nothing for them), more
+// on the heap.
+class ItemList {
+ public:
+  size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  PyObject* const* begin() const noexcept { return size_ > kInline ? heap_.data() : inline_; }
+  PyObject* const* end() const noexcept { return begin() + size_; }
+  PyObject* operator[](size_t i) const noexcept { return begin()[i]; }
+  PyObject* front() const noexcept { return begin()[0]; }
+  void push_back(PyObject* item) {
+    if (size_ < kInline) {
+      inline_[size_++] = item;
+      return;
+    }
+    if (size_ == kInline) heap_.assign(inline_, inline_ + kInline);
+    heap_.push_back(item);
+    ++size_;
+  }
+  template <class Iterator>
+  void append(Iterator first, Iterator last) {
+    for (; first != last; ++first) push_back(*first);
+  }
+  template <class Iterator>
+  void assign(Iterator first, Iterator last) {
+    size_ = 0;
+    heap_.clear();
+    append(first, last);
+  }
+
+ private:
+  static constexpr size_t kInline = 6;
+  PyObject* inline_[kInline] = {};
+  size_t size_ = 0;
+  std::vector<PyObject*> heap_;  // all items once there are more than kInline
+};
+
 struct PyObject {
   enum class Kind : uint8_t {
     kNone, kBool, kInt, kBigInt, kFloat, kStr, kBytes,
@@ -81,7 +121,7 @@ struct PyObject {
   uint64_t view_offset = 0;   // kStorage: legacy storage view, in elements
   double real = 0;            // kFloat
   std::string text;           // kStr (UTF-8), kBytes, kBigInt (little-endian two's complement), kGlobal name
-  std::vector<PyObject*> items;  // tuple/list/set; dict: key, value, key, value, ...
+  ItemList items;             // tuple/list/set; dict: key, value, key, value, ...
 };
 
 struct UnpickleOptions {
@@ -97,7 +137,9 @@ struct Pickle {
   size_t end = 0;  // bytes consumed, up to and including STOP
   std::vector<StorageRef> storages;
   std::vector<TensorRef> tensors;
-  std::deque<PyObject> arena;
+  // Every object, in chunks that never move.
+  std::vector<std::unique_ptr<PyObject[]>> arena;
+  size_t arena_used = 0;  // objects used in the last chunk
   std::unordered_map<std::string, uint32_t> storage_index;  // key → index
 };
 

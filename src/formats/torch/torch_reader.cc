@@ -196,18 +196,33 @@ class TensorMaker {
       }
       storage = std::move(loaded);
     }
-    detail::StridedLayout layout{.base = storage->bytes,
-                                 .element_size = element_size,
-                                 .offset = ref.offset,
-                                 .shape = ref.shape,
-                                 .strides = ref.strides};
-    try {
-      detail::checked_view_extent(layout);
-    } catch (Error& error) {
-      throw Error(error.code(), error.message() + " (storage '" + storage_ref.key + "', " +
-                                    std::string(dtype_name(ref.dtype)) + ")");
+    Buffer buffer;
+    if (detail::is_contiguous(ref.shape, ref.strides)) {
+      // The common case, without copying the shape into a layout: the
+      // elements [offset, offset + numel) must lie inside the storage.
+      const uint64_t numel = checked_numel(ref.shape, element_size);
+      const uint64_t storage_elements = storage->bytes.size() / element_size;
+      if (numel != 0 && (ref.offset > storage_elements || numel > storage_elements - ref.offset)) {
+        throw Error(ErrorCode::kCorrupt, "tensor view (offset " + std::to_string(ref.offset) + ", " +
+                                             std::to_string(numel) + " elements) reaches past its storage of " +
+                                             std::to_string(storage_elements) + " elements (storage '" +
+                                             storage_ref.key + "', " + std::string(dtype_name(ref.dtype)) + ")");
+      }
+      if (numel != 0) buffer = storage->bytes.slice(ref.offset * element_size, numel * element_size);
+    } else {
+      detail::StridedLayout layout{.base = storage->bytes,
+                                   .element_size = element_size,
+                                   .offset = ref.offset,
+                                   .shape = ref.shape,
+                                   .strides = ref.strides};
+      try {
+        detail::checked_view_extent(layout);
+      } catch (Error& error) {
+        throw Error(error.code(), error.message() + " (storage '" + storage_ref.key + "', " +
+                                      std::string(dtype_name(ref.dtype)) + ")");
+      }
+      buffer = detail::view_buffer(std::move(layout));
     }
-    Buffer buffer = detail::view_buffer(std::move(layout));
     Tensor tensor(ref.dtype, ref.shape, std::move(buffer));
     if (ref.conj || ref.neg) return resolve_bits(tensor, ref);
     return tensor;
@@ -324,14 +339,14 @@ Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOpti
   Contents contents;
   contents.format = "torch";
   contents.checksum = ChecksumKind::kCrc32;
-  const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
+  std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
   contents.entries.reserve(leaves.size());
   for (size_t i = 0; i < leaves.size() && i < order.size(); ++i) {
     const Tensor& tensor = leaves[i].value->tensor();
     const TensorRef& ref = pickle.tensors[order[i]];
     const StorageBytes& storage = maker.storage_of(order[i]);
     const bool contiguous = detail::is_contiguous(ref.shape, ref.strides);
-    contents.entries.push_back({.name = leaves[i].name,
+    contents.entries.push_back({.name = std::move(leaves[i].name),
                                 .dtype = tensor.dtype(),
                                 .shape = tensor.shape(),
                                 .offset = contiguous && storage.file_offset != 0 && tensor.nbytes() != 0

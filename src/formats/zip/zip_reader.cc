@@ -248,6 +248,7 @@ void ZipReader::read_central_directory(const Directory& directory) {
   directory_offset_ = directory.offset;
   const uint64_t directory_end = directory.offset + directory.size;
   entries_.reserve(static_cast<size_t>(directory.entries));
+  index_.reserve(static_cast<size_t>(directory.entries));
   uint64_t at = directory.offset;
   for (uint64_t i = 0; i < directory.entries; ++i) {
     if (!fits(at, kCentralHeaderSize, directory_end)) {
@@ -337,10 +338,11 @@ void ZipReader::read_central_directory(const Directory& directory) {
       corrupt(file, "stored entry has compressed size " + std::to_string(entry.compressed_size) +
                         " but uncompressed size " + std::to_string(entry.uncompressed_size), at, entry.name);
     }
-    if (!index_.emplace(entry.name, entries_.size()).second) {
-      corrupt(file, "duplicate entry name", at, entry.name);
-    }
+    // The index views the names in entries_, which never reallocates (reserved).
     entries_.push_back(std::move(entry));
+    if (!index_.emplace(entries_.back().name, entries_.size() - 1).second) {
+      corrupt(file, "duplicate entry name", at, entries_.back().name);
+    }
     at += record_size;
   }
   if (at != directory_end) {
@@ -353,12 +355,20 @@ void ZipReader::read_central_directory(const Directory& directory) {
 void ZipReader::read_local_headers() {
   const detail::MappedFile& file = *file_;
   const std::byte* data = file.bytes().data();
+  std::vector<std::byte> header_buffer(kLocalHeaderSize + 256);
   for (ZipEntry& entry : entries_) {
     const uint64_t at = entry.local_header_offset;
     if (!fits(at, kLocalHeaderSize, directory_offset_)) {
       corrupt(file, "local header offset " + std::to_string(at) + " lies past the central directory", at, entry.name);
     }
-    const std::byte* header = data + at;
+    // The header and name are read with pread rather than through the
+    // mapping: touching one page per entry (and unmapping them later) costs
+    // more than the reads when an archive has thousands of entries.
+    const size_t want = static_cast<size_t>(
+        std::min<uint64_t>(kLocalHeaderSize + entry.name.size(), directory_offset_ - at));
+    if (header_buffer.size() < want) header_buffer.resize(want);
+    file.copy_out(data + at, std::span(header_buffer.data(), want));
+    const std::byte* header = header_buffer.data();
     if (load_u32(header) != kLocalHeaderSignature) {
       corrupt(file, "local header has a wrong signature", at, entry.name);
     }
@@ -369,10 +379,17 @@ void ZipReader::read_local_headers() {
       corrupt(file, "local header's name and extra field extend past the central directory", at, entry.name);
     }
     // Decoded with the central header's flags, equal names mean equal bytes.
-    const std::string_view local_name(reinterpret_cast<const char*>(header + kLocalHeaderSize), name_length);
-    const std::string decoded =
-        (entry.flags & kFlagUtf8) ? std::string(local_name) : cp437_to_utf8(local_name);
-    if (decoded != entry.name) {
+    // (A local name longer than what was read cannot equal the central one.)
+    const std::string_view read_name(reinterpret_cast<const char*>(header + kLocalHeaderSize),
+                                     kLocalHeaderSize + name_length <= want ? name_length : 0);
+    const bool same = (entry.flags & kFlagUtf8) ? read_name.size() == name_length && read_name == entry.name
+                                                : cp437_to_utf8(read_name) == entry.name &&
+                                                      read_name.size() == name_length;
+    if (!same) {
+      const std::string_view shown(reinterpret_cast<const char*>(data + at + kLocalHeaderSize),
+                                   static_cast<size_t>(std::min<uint64_t>(name_length, directory_offset_ - at -
+                                                                                           kLocalHeaderSize)));
+      const std::string decoded = (entry.flags & kFlagUtf8) ? std::string(shown) : cp437_to_utf8(shown);
       corrupt(file, "local header names the entry '" + decoded + "' instead", at + kLocalHeaderSize, entry.name);
     }
     if (load_u16(header + local::kMethod) != entry.method) {
@@ -417,7 +434,7 @@ void ZipReader::check_no_overlap() const {
 }
 
 const ZipEntry* ZipReader::find(std::string_view name) const {
-  const auto found = index_.find(std::string(name));
+  const auto found = index_.find(name);
   return found == index_.end() ? nullptr : &entries_[found->second];
 }
 

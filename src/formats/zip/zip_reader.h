@@ -88,7 +88,7 @@ class ZipReader {
 
   std::shared_ptr<const detail::MappedFile> file_;
   std::vector<ZipEntry> entries_;
-  std::unordered_map<std::string, size_t> index_;  // name → position in entries_
+  std::unordered_map<std::string_view, size_t> index_;  // name (viewing entries_) → position
   uint64_t directory_offset_ = 0;
   std::string_view comment_;
 };
