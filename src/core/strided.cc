@@ -47,7 +47,11 @@ uint64_t checked_view_extent(const StridedLayout& layout) {
       }
     }
   }
-  checked_numel(layout.shape, layout.element_size);  // the materialized size must fit too
+  try {
+    checked_numel(layout.shape, layout.element_size);  // the materialized size must fit too
+  } catch (const Error& error) {
+    throw Error(ErrorCode::kCorrupt, error.message());
+  }
   if (empty) return 0;
   const uint64_t storage_elements = layout.base.size() / layout.element_size;
   uint64_t end = 0;

@@ -569,6 +569,15 @@ class Machine {
     return negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
   }
 
+  // Calls that copy a container's items (OrderedDict(d), set(l),
+  // torch.Size(t)) may copy, in all, as many items as the pickle has bytes
+  // (plus a constant): repeating such a call on one big container would
+  // otherwise use memory that grows with the square of the file's size.
+  void charge_copy(size_t items) {
+    copied_ += items;
+    if (copied_ > size_ + kCopySlack) fail("pickle copies containers more often than its size allows");
+  }
+
   // Arguments of an interpreted call.
   const ItemList& arguments(PyObject* args, const char* what, size_t min, size_t max) {
     if (args->kind != Kind::kTuple) fail(std::string(what) + ": arguments are not a tuple");
@@ -600,6 +609,7 @@ class Machine {
         if (!items.empty()) {  // OrderedDict([(k, v), ...]) or Counter({...})
           PyObject* source = items[0];
           if (source->kind == Kind::kDict) {
+            charge_copy(source->items.size());
             dict->items = source->items;
           } else if (source->kind == Kind::kList || source->kind == Kind::kTuple) {
             for (PyObject* pair : source->items) {
@@ -620,6 +630,7 @@ class Machine {
           if (items[0]->kind != Kind::kList && items[0]->kind != Kind::kTuple && items[0]->kind != Kind::kSet) {
             fail("set from a value that is not a list");
           }
+          charge_copy(items[0]->items.size());
           set->items = items[0]->items;
         }
         return set;
@@ -648,6 +659,7 @@ class Machine {
         PyObject* tuple = make(Kind::kTuple);
         if (!items.empty()) {
           int_tuple(items[0], "torch.Size");
+          charge_copy(items[0]->items.size());
           tuple->items = items[0]->items;
         }
         return tuple;
@@ -685,6 +697,10 @@ class Machine {
         const auto& items = arguments(args, "_rebuild_from_type_v2", 4, 4);
         if (items[1]->kind != Kind::kGlobal || items[1]->global != Global::kTensorType) {
           fail("_rebuild_from_type_v2: type is not torch.Tensor or torch.nn.Parameter", ErrorCode::kUnsupported);
+        }
+        // torch nests this call once; anything deeper is an attack on the stack.
+        if (items[0]->kind != Kind::kGlobal || items[0]->global == Global::kRebuildFromType) {
+          fail("_rebuild_from_type_v2 must call a tensor rebuild function");
         }
         PyObject* tensor = call(items[0], items[2]);
         if (tensor->kind != Kind::kTensor) fail("_rebuild_from_type_v2 did not rebuild a tensor");
@@ -825,6 +841,8 @@ class Machine {
   std::unordered_map<uint64_t, PyObject*> sparse_memo_;
   uint64_t memo_count_ = 0;
   static constexpr int64_t kSmallInts = 256;
+  static constexpr size_t kCopySlack = size_t{1} << 16;
+  size_t copied_ = 0;
   PyObject* small_ints_[kSmallInts] = {};
   PyObject* none_;
   PyObject* true_;
@@ -874,7 +892,8 @@ std::optional<GlobalInfo> resolve_global(std::string_view module, std::string_vi
   if (module == "collections" && (name == "OrderedDict" || name == "Counter")) return GlobalInfo{Global::kOrderedDict};
   if (module == "builtins" || module == "__builtin__") {
     if (name == "set" || name == "frozenset") return GlobalInfo{Global::kSet};
-    if (name == "bytearray") return GlobalInfo{Global::kByteArray};
+    // bytes(): protocol 2's empty bytes; bytearray(...): a bytearray.
+    if (name == "bytearray" || name == "bytes") return GlobalInfo{Global::kByteArray};
     return std::nullopt;
   }
   if (module == "_codecs" && name == "encode") return GlobalInfo{Global::kCodecsEncode};

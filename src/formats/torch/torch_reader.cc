@@ -200,7 +200,12 @@ class TensorMaker {
     if (detail::is_contiguous(ref.shape, ref.strides)) {
       // The common case, without copying the shape into a layout: the
       // elements [offset, offset + numel) must lie inside the storage.
-      const uint64_t numel = checked_numel(ref.shape, element_size);
+      uint64_t numel = 0;
+      try {
+        numel = checked_numel(ref.shape, element_size);
+      } catch (const Error& error) {
+        throw Error(ErrorCode::kCorrupt, error.message() + " (storage '" + storage_ref.key + "')");
+      }
       const uint64_t storage_elements = storage->bytes.size() / element_size;
       if (numel != 0 && (ref.offset > storage_elements || numel > storage_elements - ref.offset)) {
         throw Error(ErrorCode::kCorrupt, "tensor view (offset " + std::to_string(ref.offset) + ", " +

@@ -1,10 +1,10 @@
 #include "formats/torch/torch_writer.h"
 
 #include <algorithm>
-#include <random>
 #include <unordered_map>
 
 #include "ckpt/error.h"
+#include "core/checksum.h"
 #include "core/strided.h"
 #include "formats/torch/pickle_reader.h"
 #include "formats/torch/pickle_writer.h"
@@ -256,11 +256,19 @@ std::string archive_name(const std::filesystem::path& path) {
   return name.empty() ? "archive" : name;
 }
 
-std::string serialization_id() {
-  std::random_device random;
-  std::mt19937_64 engine((static_cast<uint64_t>(random()) << 32) ^ random());
+// 40 decimal digits, as torch writes: here derived from the pickle and the
+// storages' sizes, so that saving the same state twice gives the same bytes.
+std::string serialization_id(std::string_view pickle, const std::vector<StorageOut>& storages) {
+  uint64_t a = detail::xxh3_64(std::as_bytes(std::span(pickle)));
+  std::string sizes;
+  for (const StorageOut& storage : storages) sizes += std::to_string(storage.bytes.size()) + ",";
+  uint64_t b = detail::xxh3_64(std::as_bytes(std::span(sizes)));
   std::string id;
-  for (int i = 0; i < 40; ++i) id.push_back(static_cast<char>('0' + engine() % 10));
+  for (uint64_t part : {a, b}) {
+    std::string digits(20, '0');
+    for (int i = 19; i >= 0; --i, part /= 10) digits[static_cast<size_t>(i)] = static_cast<char>('0' + part % 10);
+    id += digits;
+  }
   return id;
 }
 
@@ -300,7 +308,9 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
                              .zip64_end_always = true,
                              .zip64_end_made_by = 0x031e,
                              .threads = options.threads});
-  zip.add(prefix + "data.pkl", pickle.finish(), Buffer());
+  const std::string pickle_bytes = pickle.finish();
+  const std::string id = serialization_id(pickle_bytes, storages);
+  zip.add(prefix + "data.pkl", pickle_bytes, Buffer());
   zip.add(prefix + ".format_version", "1", Buffer());
   zip.add(prefix + ".storage_alignment", "64", Buffer());
   zip.add(prefix + "byteorder", "little", Buffer());
@@ -324,7 +334,7 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
     metadata.setitems();
     zip.add(prefix + std::string(kMetadataRecord), metadata.finish(), Buffer());
   }
-  zip.add(prefix + ".data/serialization_id", serialization_id(), Buffer());
+  zip.add(prefix + ".data/serialization_id", id, Buffer());
 
   detail::AtomicFile file(path, {.fsync = options.fsync});
   zip.write(file);
