@@ -1,0 +1,208 @@
+// The torch format's own behaviour beyond the conformance suite: views and
+// shared storages (read lazily, gathered on use, written back as views of one
+// storage), big-endian files, non-lazy loads, and the zip layout torch 2.x
+// writes. Files to read are built by hand (torch_test_builder.h); what ckpt
+// writes is checked by reading its records back with the zip reader and the
+// unpickler. Real torch on both sides: tests/interop/test_torch_interop.py.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "ckpt/checkpoint.h"
+#include "core/strided.h"
+#include "formats/torch/pickle_reader.h"
+#include "formats/torch_test_builder.h"
+#include "formats/zip/zip_layout.h"
+#include "formats/zip/zip_reader.h"
+#include "io/mapped_file.h"
+#include "support/files.h"
+#include "support/temp_dir.h"
+
+namespace ckpt {
+namespace {
+
+using testing::f32_bytes;
+using testing::TensorSpec;
+using testing::torch_zip;
+
+std::vector<float> floats_of(const Tensor& tensor) {
+  std::vector<float> out(tensor.numel());
+  tensor.read_into(std::as_writable_bytes(std::span(out)));
+  return out;
+}
+
+// The pickle ckpt wrote into a torch file, unpickled, and the zip.
+struct Written {
+  std::shared_ptr<const detail::MappedFile> file;
+  std::unique_ptr<zip_detail::ZipReader> zip;
+  torch_detail::Pickle pickle;
+  Buffer pickle_bytes;
+};
+
+Written read_back(const std::filesystem::path& path) {
+  Written w;
+  w.file = detail::MappedFile::open(path);
+  w.zip = std::make_unique<zip_detail::ZipReader>(w.file);
+  const std::string prefix = path.stem().string() + "/";
+  const zip_detail::ZipEntry* entry = w.zip->find(prefix + "data.pkl");
+  EXPECT_NE(entry, nullptr);
+  w.pickle_bytes = w.zip->read(*entry);
+  w.pickle = torch_detail::unpickle(w.pickle_bytes.bytes());
+  return w;
+}
+
+class TorchFormatTest : public ::testing::Test {
+ protected:
+  std::filesystem::path write(const std::string& name, std::string_view bytes) {
+    const auto path = dir_.path() / name;
+    testing::write_file(path, bytes);
+    return path;
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(TorchFormatTest, NonContiguousViewIsGatheredOnlyWhenUsed) {
+  // Storage of 6 floats; "t" is its transpose as [3, 2] (strides 1, 3) and
+  // "row" the second row of the [2, 3] original (offset 3, contiguous).
+  const std::string pickle = testing::state_dict_pickle({
+      {"t", TensorSpec{.numel = 6, .shape = {3, 2}, .stride = {1, 3}}},
+      {"row", TensorSpec{.numel = 6, .offset = 3, .shape = {3}, .stride = {1}}},
+  });
+  const auto path = write("views.pt", torch_zip(pickle, {{"0", f32_bytes({0, 1, 2, 3, 4, 5})}}).bytes);
+  const Tree tree = load(path);
+  const Tensor& t = tree.at("t").tensor();
+  const Tensor& row = tree.at("row").tensor();
+  EXPECT_TRUE(t.buffer().deferred());
+  EXPECT_FALSE(row.buffer().deferred());
+  EXPECT_EQ(row.buffer().kind(), StorageKind::kMapped);
+  EXPECT_EQ(floats_of(row), (std::vector<float>{3, 4, 5}));
+  // read_into gathers straight into the caller's memory, still deferred after.
+  EXPECT_EQ(floats_of(t), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  EXPECT_TRUE(t.buffer().deferred());
+  // Asking for the address materializes once.
+  const std::byte* first = t.bytes().data();
+  EXPECT_EQ(first, t.bytes().data());
+  EXPECT_EQ(std::memcmp(first, f32_bytes({0, 3, 1, 4, 2, 5}).data(), 24), 0);
+}
+
+TEST_F(TorchFormatTest, ViewsAreWrittenBackAsViewsOfOneStorage) {
+  const std::string pickle = testing::state_dict_pickle({
+      {"t", TensorSpec{.numel = 6, .shape = {3, 2}, .stride = {1, 3}}},
+      {"row", TensorSpec{.numel = 6, .offset = 3, .shape = {3}, .stride = {1}}},
+      {"other", TensorSpec{.key = "1", .numel = 2, .shape = {2}, .stride = {1}}},
+  });
+  const auto in = write("in.pt", torch_zip(pickle, {{"0", f32_bytes({0, 1, 2, 3, 4, 5})}, {"1", f32_bytes({7, 8})}}).bytes);
+  const auto out = dir_.path() / "out.pt";
+  convert(in, out);
+
+  const Written w = read_back(out);
+  ASSERT_EQ(w.pickle.storages.size(), 2u);
+  EXPECT_EQ(w.pickle.storages[0].numel, 6u);
+  EXPECT_EQ(w.pickle.storages[1].numel, 2u);
+  ASSERT_EQ(w.pickle.tensors.size(), 3u);
+  const auto& t = w.pickle.tensors[0];
+  EXPECT_EQ(t.storage, 0u);
+  EXPECT_EQ(t.shape, (Shape{3, 2}));
+  EXPECT_EQ(t.strides, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(w.pickle.tensors[1].storage, 0u);
+  EXPECT_EQ(w.pickle.tensors[1].offset, 3u);
+  EXPECT_EQ(w.pickle.tensors[2].storage, 1u);
+  EXPECT_TRUE(load(out) == load(in));
+}
+
+TEST_F(TorchFormatTest, TensorsSharingMemoryAreOneStorage) {
+  Tensor whole = Tensor::from_values<float>(DType::kFloat32, {4}, std::vector<float>{1, 2, 3, 4});
+  Tree tree = Tree::map();
+  tree.set("embed", whole);
+  tree.set("tied", whole);  // the same bytes (tied weights)
+  tree.set("tail", Tensor(DType::kFloat32, {2}, whole.buffer().slice(8, 8)));
+  tree.set("own", Tensor::from_values<float>(DType::kFloat32, {1}, std::vector<float>{9}));
+  const auto path = dir_.path() / "tied.pt";
+  save(path, tree);
+
+  const Written w = read_back(path);
+  ASSERT_EQ(w.pickle.storages.size(), 2u);
+  ASSERT_EQ(w.pickle.tensors.size(), 4u);
+  EXPECT_EQ(w.pickle.tensors[0].storage, 0u);
+  EXPECT_EQ(w.pickle.tensors[1].storage, 0u);
+  EXPECT_EQ(w.pickle.tensors[2].storage, 0u);
+  EXPECT_EQ(w.pickle.tensors[2].offset, 2u);
+  EXPECT_EQ(w.pickle.tensors[3].storage, 1u);
+  const Tree back = load(path);
+  EXPECT_TRUE(back == tree);
+  EXPECT_TRUE(back.at("embed").tensor().same_memory(back.at("tied").tensor()));
+}
+
+TEST_F(TorchFormatTest, OverlappingTensorsOfDifferentDTypesGetTheirOwnStorages) {
+  Tensor floats = Tensor::from_values<float>(DType::kFloat32, {2}, std::vector<float>{1, 2});
+  Tree tree = Tree::map();
+  tree.set("f", floats);
+  tree.set("i", Tensor(DType::kInt32, {2}, floats.buffer()));  // torch cannot share these
+  const auto path = dir_.path() / "mixed.pt";
+  save(path, tree);
+  const Written w = read_back(path);
+  EXPECT_EQ(w.pickle.storages.size(), 2u);
+  EXPECT_TRUE(load(path) == tree);
+}
+
+TEST_F(TorchFormatTest, BigEndianFilesAreSwappedOnRead) {
+  std::string big;  // 1.5f and -2.0f, big-endian
+  for (float value : {1.5f, -2.0f}) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, 4);
+    for (int shift = 24; shift >= 0; shift -= 8) big.push_back(static_cast<char>(bits >> shift));
+  }
+  const std::string pickle = testing::state_dict_pickle({{"w", TensorSpec{.numel = 2, .shape = {2}}}});
+  const auto path = write("big.pt", torch_zip(pickle, {{"0", big}}, "big").bytes);
+  EXPECT_EQ(floats_of(load(path).at("w").tensor()), (std::vector<float>{1.5f, -2.0f}));
+}
+
+TEST_F(TorchFormatTest, NonLazyLoadDetachesFromTheFileAndKeepsSharing) {
+  const std::string pickle = testing::state_dict_pickle({
+      {"t", TensorSpec{.numel = 6, .shape = {3, 2}, .stride = {1, 3}}},
+      {"a", TensorSpec{.numel = 6, .shape = {6}, .stride = {1}}},
+      {"b", TensorSpec{.numel = 6, .offset = 2, .shape = {2}, .stride = {1}}},
+  });
+  const auto path = write("eager.pt", torch_zip(pickle, {{"0", f32_bytes({0, 1, 2, 3, 4, 5})}}).bytes);
+  const Tree lazy = load(path);
+  const Tree eager = load(path, {.lazy = false});
+  EXPECT_TRUE(eager == lazy);
+  for (const Tree::Leaf& leaf : eager.tensor_leaves()) {
+    EXPECT_EQ(leaf.value->tensor().buffer().kind(), StorageKind::kHeap) << leaf.name;
+  }
+  // "b" still lies inside "a" (one heap block per file).
+  const std::byte* a = eager.at("a").tensor().bytes().data();
+  EXPECT_EQ(eager.at("b").tensor().bytes().data(), a + 8);
+  // The file can go: nothing refers to it any more.
+  std::filesystem::remove(path);
+  EXPECT_EQ(floats_of(eager.at("b").tensor()), (std::vector<float>{2, 3}));
+}
+
+TEST_F(TorchFormatTest, ZipLayoutIsTorchs) {
+  Tree tree = Tree::map();
+  for (int i = 0; i < 12; ++i) tree.set("w" + std::to_string(i), Tensor::zeros(DType::kFloat32, {i}));
+  const auto path = dir_.path() / "model.v1.pth";
+  save(path, tree);
+  const auto file = detail::MappedFile::open(path);
+  const zip_detail::ZipReader zip(file);
+  std::vector<std::string> names;
+  for (const zip_detail::ZipEntry& entry : zip.entries()) {
+    names.push_back(entry.name);
+    EXPECT_EQ(entry.data_offset % 64, 0u) << entry.name;
+    EXPECT_EQ(entry.method, zip_detail::kMethodStored) << entry.name;
+    // Data descriptors everywhere but after empty records, as miniz writes them.
+    const uint16_t expected_flags = entry.uncompressed_size == 0 ? 0x0800 : 0x0808;
+    EXPECT_EQ(entry.flags, expected_flags) << entry.name;
+  }
+  std::vector<std::string> expected = {"model.v1/data.pkl", "model.v1/.format_version",
+                                       "model.v1/.storage_alignment", "model.v1/byteorder"};
+  for (int i = 0; i < 12; ++i) expected.push_back("model.v1/data/" + std::to_string(i));  // 0, 1, ..., 11
+  expected.push_back("model.v1/version");
+  expected.push_back("model.v1/.data/serialization_id");
+  EXPECT_EQ(names, expected);
+}
+
+}  // namespace
+}  // namespace ckpt
