@@ -508,3 +508,20 @@ def test_malicious_pickle_is_refused(tmp_path, run, kind, protocol, legacy):
         assert refused in result.stderr and "evil.pt" in result.stderr, result.stderr
     assert not marker.exists()
     assert not (tmp_path / "out.safetensors").exists()
+
+
+def test_diff_between_torch_and_safetensors_files(tmp_path, run):
+    generator = torch.Generator().manual_seed(7)
+    state = {"model": {"w": torch.randn(4, 3, generator=generator), "b": torch.randn(3, generator=generator)},
+             "step": 10}
+    torch.save(state, tmp_path / "a.pt")
+    run("convert", tmp_path / "a.pt", tmp_path / "a.safetensors")
+    same = run("diff", tmp_path / "a.pt", tmp_path / "a.safetensors", "--json")
+    assert json.loads(same.stdout)["identical"] is True
+    state["model"]["w"][1, 2] += 0.5
+    torch.save(state, tmp_path / "b.pt")
+    different = run("diff", tmp_path / "a.safetensors", tmp_path / "b.pt", "--json", expect=1)
+    report = json.loads(different.stdout)
+    assert report["identical"] is False and report["compared"] == 3
+    assert [d["name"] for d in report["value_differences"]] == ["model.w"]
+    assert report["value_differences"][0]["max_abs_diff"] == pytest.approx(0.5, rel=1e-6)
