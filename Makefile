@@ -6,7 +6,7 @@ ASAN_BUILD := build-asan
 PYTHON     := .venv/bin/python
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch clean
+.PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch bench-python python clean
 
 all: build
 
@@ -21,7 +21,12 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target ckpt_parser_tests
 
-test: build asan
+# The Python package, installed into .venv from this tree (offline: the build
+# tools are in .venv; build-python/ keeps the build between installs).
+python: deps
+	$(PYTHON) -m pip install -q --no-build-isolation --no-deps .
+
+test: build asan python
 	$(MAKE) --no-print-directory test-cpp test-asan test-python
 
 test-cpp:
@@ -32,17 +37,21 @@ test-asan:
 	  $(ASAN_BUILD)/ckpt_parser_tests --gtest_brief=1
 
 test-python:
-	CKPT_TOOL=$(abspath $(BUILD))/ckpt $(PYTHON) -m pytest tests/interop -q
+	CKPT_TOOL=$(abspath $(BUILD))/ckpt $(PYTHON) -m pytest tests/interop tests/python -q
 
 demo: build
 	scripts/demo $(BUILD)/ckpt
 
-bench: build
+bench: build python
 	$(BUILD)/ckpt_bench
 	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
+	$(PYTHON) bench/bench_python.py --bench $(BUILD)/ckpt_bench
 
 bench-torch: build
 	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
 
+bench-python: build python
+	$(PYTHON) bench/bench_python.py --bench $(BUILD)/ckpt_bench
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-python

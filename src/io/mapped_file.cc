@@ -42,7 +42,11 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& 
   file->path_ = path;
   file->fd_ = open_regular(path, file->size_);
   if (file->size_ > 0) {
-    void* address = ::mmap(nullptr, file->size_, PROT_READ, MAP_SHARED, file->fd_, 0);
+    // Private and writable, copy on write: a caller that writes into a loaded
+    // tensor (a torch tensor from the Python package) changes its own copy
+    // of the page, never the file. MAP_NORESERVE: no commit charge for pages
+    // that are only read.
+    void* address = ::mmap(nullptr, file->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, file->fd_, 0);
     if (address == MAP_FAILED) throw_errno(path, "cannot map", errno);
     file->data_ = static_cast<const std::byte*>(address);
   }

@@ -1,6 +1,7 @@
 #pragma once
-// MappedFile: a whole file mapped read-only, kept alive by the Buffers that
-// view it. Knows no format.
+// MappedFile: a whole file mapped privately (copy on write: writes through
+// the mapping never reach the file), kept alive by the Buffers that view it.
+// ckpt itself only reads it. Knows no format.
 
 #include <cstdint>
 #include <filesystem>

@@ -18,6 +18,11 @@
 
 namespace ckpt::tool {
 
+// The whole command line: parses argv, runs the subcommand, prints errors as
+// one line on stderr and returns the exit code (never throws). Used by the
+// executable and by the Python package's `python3 -m ckpt`.
+int cli_main(int argc, char** argv);
+
 // Exit codes, as documented in docs/cli.md.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitDiffers = 1;  // also: corrupt

@@ -1,0 +1,207 @@
+"""ckpt: neural-network checkpoints for numpy and torch users.
+
+Save and load nests of dicts, lists and tuples whose leaves are numpy arrays,
+torch tensors (any dtype, bfloat16 and float8 included), Python scalars,
+strings, bytes and None, in safetensors, torch (.pt), npz and npy files;
+convert between them; inspect, verify and compare checkpoints. Loaded tensors
+are zero-copy views of the mapped file (numpy: read-only arrays; torch:
+tensors over a private copy-on-write mapping), which keep the file mapped
+while they live.
+
+    import ckpt
+    ckpt.save("model.safetensors", model.state_dict())
+    state = ckpt.load("model.safetensors", framework="torch")
+    with ckpt.open("model.pt") as f:
+        w = f.get("encoder.layers.0.weight")
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+
+from . import _ckpt
+from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, UnsupportedError
+
+__all__ = [
+    "save", "load", "open", "convert", "inspect", "verify", "diff", "formats", "Checkpoint",
+    "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
+]
+__version__ = _ckpt.__version__
+
+_ckpt.register_errors(CorruptCheckpointError, UnsupportedError, MismatchError)
+
+PathLike = Union[str, "os.PathLike[str]"]
+Framework = str  # "numpy" (or "np") / "torch" (or "pt")
+
+
+def _path(path: PathLike) -> str:
+    return os.fsdecode(os.fspath(path))
+
+
+def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None,
+         extras: bool = True, checksum: str = "xxh3", fsync: bool = True, threads: int = 0) -> None:
+    """Write ``state`` to ``path`` atomically (temporary name, fsync, rename).
+
+    ``state`` is any nest of dicts (str or int keys), lists and tuples of numpy
+    arrays, torch tensors (CPU or not: copied to the CPU), Python ints, floats,
+    bools, strings, bytes and None. Arrays and contiguous CPU tensors are
+    written straight from their memory. ``format`` is a format id
+    ("safetensors", "torch", "npz", "npy"); by default the extension decides
+    (safetensors when it names no format). ``metadata`` is stored beside the
+    tensors (str to str). ``extras=False`` writes a plain file, byte-identical
+    to the reference writer where ckpt knows one. ``checksum``: "xxh3",
+    "crc32c" or "none" (formats with room for ckpt's extras).
+
+    Raises UnsupportedError if the format cannot hold the state (e.g. strings
+    in safetensors without extras), TypeError for values ckpt cannot store,
+    OSError if the system refuses the write. An earlier file at ``path`` is
+    untouched on failure.
+    """
+    _ckpt.save(_path(path), state, format or "", None if metadata is None else dict(metadata), extras, checksum,
+               fsync, threads)
+
+
+def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,
+         threads: int = 0) -> Any:
+    """Read the whole state of ``path`` (any format ckpt reads, detected by content).
+
+    Tensors come back as numpy arrays (``framework="numpy"``; bfloat16 and
+    float8 as ml_dtypes arrays, as JAX does) or torch tensors
+    (``framework="torch"``). With ``lazy=True`` they view the mapped file and
+    are read when touched; numpy arrays are read-only, torch tensors writable
+    (copy on write, the file never changes). ``lazy=False`` reads everything
+    into memory first (parallel reads), detached from the file. ``verify``
+    checks every stored checksum first.
+
+    Raises FileNotFoundError, CorruptCheckpointError, UnsupportedError.
+    """
+    return _ckpt.load(_path(path), framework, lazy, verify, threads)
+
+
+class Checkpoint:
+    """A lazily opened checkpoint, like ``safetensors.safe_open``: the index and
+    tree are read, tensor data only when asked for. Use as a context manager
+    or call ``close()``; arrays already handed out stay valid after closing."""
+
+    def __init__(self, path: PathLike, framework: Framework = "numpy", verify: bool = False):
+        self.path = _path(path)
+        self._handle = _ckpt.open(self.path, framework, verify)
+
+    def keys(self) -> List[str]:
+        """Tensor names, in file order."""
+        return self._handle.keys()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return self._handle.size()
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._handle.contains(name)
+
+    def info(self, name: str) -> Dict[str, Any]:
+        """``{"dtype", "shape", "offset", "nbytes", "checksum", "checksum_kind"}``
+        of tensor ``name`` without reading its data."""
+        return self._handle.info(name)
+
+    def get(self, name: str) -> Any:
+        """Tensor ``name`` (numpy array or torch tensor, zero-copy)."""
+        return self._handle.get(name)
+
+    def get_tensor(self, name: str) -> Any:
+        """Same as get() (safetensors' spelling)."""
+        return self._handle.get(name)
+
+    def value(self, name: str) -> Any:
+        """Any leaf or subtree by dotted name ("optimizer.param_groups")."""
+        return self._handle.value(name)
+
+    def values(self) -> Dict[str, Any]:
+        """The non-tensor leaves by name."""
+        return self._handle.values()
+
+    def tree(self) -> Any:
+        """The whole nest, as load() returns it."""
+        return self._handle.tree()
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        return self._handle.metadata()
+
+    @property
+    def format(self) -> str:
+        return self._handle.format()
+
+    def close(self) -> None:
+        self._handle.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed()
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.format}, {len(self)} tensors"
+        return f"<ckpt.Checkpoint {self.path!r} ({state})>"
+
+
+def open(path: PathLike, *, framework: Framework = "numpy", verify: bool = False) -> Checkpoint:  # noqa: A001
+    """Open ``path`` lazily; see Checkpoint."""
+    return Checkpoint(path, framework, verify)
+
+
+def convert(src: PathLike, dst: PathLike, to: Optional[str] = None, *, extras: bool = True) -> str:
+    """Read ``src`` and write it to ``dst`` (format ``to``, else from ``dst``'s
+    extension), tensors bit-exact; user metadata travels along. Returns the
+    format written. Raises UnsupportedError where the target cannot hold
+    something (the CLI's ``--drop-unsupported`` is not offered here)."""
+    return _ckpt.convert(_path(src), _path(dst), to or "", extras)
+
+
+def inspect(path: PathLike) -> Dict[str, Any]:
+    """What ``ckpt inspect --json`` prints, as a dict: path, format,
+    format_version, checksum, tensors (name, dtype, shape, nbytes, offset,
+    checksum), values (non-tensor leaves), metadata, total_nbytes."""
+    with open(path) as f:
+        tensors = []
+        total = 0
+        for name in f.keys():
+            info = f.info(name)
+            total += info["nbytes"]
+            tensors.append({"name": name, "dtype": info["dtype"], "shape": list(info["shape"]),
+                            "nbytes": info["nbytes"], "offset": info["offset"], "checksum": info["checksum"]})
+        kind = f._handle.checksum_kind()
+        return {"path": _path(path), "format": f.format, "format_version": f._handle.format_version(),
+                "checksum": None if kind == "none" else kind, "tensors": tensors, "values": f.values(),
+                "metadata": f.metadata, "total_nbytes": total}
+
+
+def verify(path: PathLike) -> Dict[str, Any]:
+    """Validate ``path`` completely, every stored checksum included. Returns
+    ``{"tensors", "nbytes", "checksum"}``; raises CorruptCheckpointError
+    naming the first defect."""
+    with Checkpoint(path, verify=True) as f:
+        kind = f._handle.checksum_kind()
+        return {"tensors": len(f), "nbytes": sum(f.info(n)["nbytes"] for n in f.keys()),
+                "checksum": None if kind == "none" else kind}
+
+
+def diff(a: PathLike, b: PathLike, *, atol: float = 0.0) -> Dict[str, Any]:
+    """Compare two checkpoints (any formats) by leaf name: what ``ckpt diff
+    --json`` prints, as a dict; ``result["identical"]`` says whether they
+    agree (within ``atol``)."""
+    result = _ckpt.diff(_path(a), _path(b), float(atol))
+    result["a"], result["b"] = _path(a), _path(b)
+    return result
+
+
+def formats() -> List[Dict[str, Any]]:
+    """The registered formats: id, description, extensions, read, write, tree, checksums."""
+    return _ckpt.formats()

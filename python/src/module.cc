@@ -1,0 +1,629 @@
+// _ckpt: the C++ core as a Python extension (pybind11). The public API is the
+// pure-Python package `ckpt` (python/ckpt/), which wraps these functions.
+//
+// Tensors cross the boundary without copies: a loaded tensor becomes a numpy
+// array (or a torch tensor made from one) whose memory is the mapped file or
+// ckpt's heap block, kept alive by a capsule holding the Buffer; an array or
+// torch tensor being saved is lent to the core (its memory viewed, the Python
+// object kept alive until the save is done). The GIL is released while files
+// are read and written.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/diff.h"
+#include "ckpt/error.h"
+#include "ckpt/registry.h"
+#include "core/checksum.h"
+#include "../../tools/ckpt/commands.h"
+
+namespace py = pybind11;
+
+namespace ckpt::python {
+namespace {
+
+// ---------------------------------------------------------------- errors
+
+// The exception classes, defined in python/ckpt/_errors.py and handed over
+// by the package at import (register_errors).
+struct ErrorClasses {
+  py::object corrupt;
+  py::object unsupported;
+  py::object mismatch;
+};
+ErrorClasses& error_classes() {
+  static ErrorClasses* classes = new ErrorClasses();  // never destroyed: outlives the interpreter safely
+  return *classes;
+}
+
+void raise_python(const Error& error) {
+  const ErrorClasses& classes = error_classes();
+  PyObject* type = nullptr;
+  switch (error.code()) {
+    case ErrorCode::kNotFound: {
+      py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunction(
+          PyExc_FileNotFoundError, "isO", ENOENT, error.what(),
+          py::str(error.context().path.string()).ptr()));
+      if (!instance) throw py::error_already_set();
+      PyErr_SetObject(PyExc_FileNotFoundError, instance.ptr());
+      return;
+    }
+    case ErrorCode::kCorrupt: type = classes.corrupt.ptr(); break;
+    case ErrorCode::kUnsupported: type = classes.unsupported.ptr(); break;
+    case ErrorCode::kMismatch: type = classes.mismatch.ptr(); break;
+    case ErrorCode::kInvalidArgument: type = PyExc_ValueError; break;
+    case ErrorCode::kIo: type = PyExc_OSError; break;
+  }
+  if (type == nullptr) type = PyExc_RuntimeError;  // before register_errors
+  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", error.what()));
+  if (!instance) throw py::error_already_set();
+  // Structured context for callers that branch on it.
+  const ErrorContext& context = error.context();
+  PyObject_SetAttrString(instance.ptr(), "path",
+                         context.path.empty() ? Py_None : py::str(context.path.string()).ptr());
+  PyObject_SetAttrString(instance.ptr(), "entry", context.entry.empty() ? Py_None : py::str(context.entry).ptr());
+  PyObject_SetAttrString(instance.ptr(), "offset",
+                         context.offset ? py::int_(*context.offset).ptr() : Py_None);
+  PyObject_SetAttrString(instance.ptr(), "reason", py::str(error.message()).ptr());
+  PyErr_SetObject(type, instance.ptr());
+}
+
+// ---------------------------------------------------------------- dtypes
+
+struct Frameworks {
+  py::object numpy;
+  py::object ml_dtypes;
+  std::vector<py::object> numpy_dtypes;  // by DType
+  py::object torch;                      // None until torch is first needed
+  py::object torch_from_numpy;
+  py::object torch_tensor_type;
+  std::vector<py::object> torch_dtypes;  // by DType
+  py::object torch_uint8;
+  py::object torch_uint16;
+};
+Frameworks& frameworks() {
+  static Frameworks* f = new Frameworks();
+  return *f;
+}
+
+const py::object& numpy_dtype(DType dtype) {
+  Frameworks& f = frameworks();
+  if (f.numpy_dtypes.empty()) {
+    f.numpy = py::module_::import("numpy");
+    for (const DTypeInfo& info : all_dtypes()) {
+      if (!info.numpy_descr.empty()) {
+        f.numpy_dtypes.push_back(f.numpy.attr("dtype")(std::string(info.numpy_descr)));
+      } else {
+        if (!f.ml_dtypes) f.ml_dtypes = py::module_::import("ml_dtypes");
+        f.numpy_dtypes.push_back(f.numpy.attr("dtype")(f.ml_dtypes.attr(std::string(info.name).c_str())));
+      }
+    }
+  }
+  return f.numpy_dtypes[static_cast<size_t>(dtype)];
+}
+
+bool torch_loaded() { return py::module_::import("sys").attr("modules").contains("torch"); }
+
+Frameworks& torch_handles() {
+  Frameworks& f = frameworks();
+  if (!f.torch) {
+    f.torch = py::module_::import("torch");
+    f.torch_from_numpy = f.torch.attr("from_numpy");
+    f.torch_tensor_type = f.torch.attr("Tensor");
+    for (const DTypeInfo& info : all_dtypes()) f.torch_dtypes.push_back(f.torch.attr(std::string(info.torch).c_str()));
+    f.torch_uint8 = f.torch.attr("uint8");
+    f.torch_uint16 = f.torch.attr("uint16");
+  }
+  return f;
+}
+
+// numpy cannot hold these natively: torch sees them as integers of their width.
+bool numpy_lacks(DType dtype) { return dtype_info(dtype).numpy_descr.empty(); }
+
+// ---------------------------------------------------------------- tensors out
+
+enum class Framework { kNumpy, kTorch };
+
+Framework framework_from(const std::string& name) {
+  if (name == "numpy" || name == "np") return Framework::kNumpy;
+  if (name == "torch" || name == "pt") return Framework::kTorch;
+  throw Error(ErrorCode::kInvalidArgument, "framework must be 'numpy' or 'torch', not '" + name + "'");
+}
+
+// A numpy array viewing `tensor`'s memory, kept alive by a capsule. `as_bits`
+// gives dtypes numpy lacks as unsigned integers of their width (for torch).
+py::array numpy_view(const Tensor& tensor, bool writable, bool as_bits) {
+  static const std::byte kEmpty[64] = {};
+  const Buffer& buffer = tensor.buffer();
+  const DType dtype = tensor.dtype();
+  py::object dt;
+  if (as_bits && numpy_lacks(dtype)) {
+    dt = numpy_dtype(dtype_size(dtype) == 2 ? DType::kUInt16 : DType::kUInt8);
+  } else {
+    dt = numpy_dtype(dtype);
+  }
+  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t stride = static_cast<py::ssize_t>(dtype_size(dtype));
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+  const void* data = buffer.empty() ? static_cast<const void*>(kEmpty) : buffer.data();  // deferred: gathers here
+  py::capsule base(new Buffer(buffer), [](void* p) { delete static_cast<Buffer*>(p); });
+  py::array array(py::reinterpret_borrow<py::dtype>(dt), shape, strides, data, base);
+  if (!writable) py::detail::array_proxy(array.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return array;
+}
+
+py::object tensor_out(const Tensor& tensor, Framework framework) {
+  if (framework == Framework::kNumpy) {
+    // Read-only: mapped files are shared with every other reader.
+    return numpy_view(tensor, /*writable=*/false, /*as_bits=*/false);
+  }
+  // torch tensors are writable; the mapping is private (copy on write), so a
+  // write never reaches the file.
+  Frameworks& f = torch_handles();
+  py::object array = numpy_view(tensor, /*writable=*/true, /*as_bits=*/true);
+  py::object result = f.torch_from_numpy(array);
+  if (numpy_lacks(tensor.dtype())) result = result.attr("view")(f.torch_dtypes[static_cast<size_t>(tensor.dtype())]);
+  return result;
+}
+
+py::object value_out(const Tree& tree, Framework framework, size_t depth = 0) {
+  switch (tree.kind()) {
+    case Tree::Kind::kNone: return py::none();
+    case Tree::Kind::kBool: return py::bool_(tree.boolean());
+    case Tree::Kind::kInt: return py::int_(tree.integer());
+    case Tree::Kind::kFloat: return py::float_(tree.real());
+    case Tree::Kind::kString: {
+      const std::string& text = tree.string();
+      PyObject* str = PyUnicode_DecodeUTF8(text.data(), static_cast<py::ssize_t>(text.size()), "surrogatepass");
+      if (str == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(str);
+    }
+    case Tree::Kind::kBytes: return py::bytes(tree.bytes().data);
+    case Tree::Kind::kTensor: return tensor_out(tree.tensor(), framework);
+    case Tree::Kind::kList: {
+      py::list list(tree.size());
+      size_t i = 0;
+      for (const TreeEntry& entry : tree.entries()) list[i++] = value_out(entry.value, framework, depth + 1);
+      return list;
+    }
+    case Tree::Kind::kMap: {
+      py::dict dict;
+      for (const TreeEntry& entry : tree.entries()) {
+        py::object key;
+        if (const auto* text = std::get_if<std::string>(&entry.key)) {
+          key = py::str(*text);
+        } else {
+          key = py::int_(std::get<int64_t>(entry.key));
+        }
+        dict[key] = value_out(entry.value, framework, depth + 1);
+      }
+      return dict;
+    }
+  }
+  return py::none();
+}
+
+// ---------------------------------------------------------------- values in
+
+constexpr size_t kMaxDepth = 512;
+
+std::string child_name(const std::string& name, const std::string& key) {
+  return name.empty() ? key : name + "." + key;
+}
+
+[[noreturn]] void type_error(const std::string& name, py::handle value, const std::string& why) {
+  const std::string type = py::str(py::type::handle_of(value).attr("__name__"));
+  throw py::type_error("cannot save " + (name.empty() ? std::string("the state") : "'" + name + "'") + " of type " +
+                       type + ": " + why);
+}
+
+Tensor tensor_from_numpy(py::handle value, const std::string& name, std::optional<DType> bits_of = std::nullopt) {
+  Frameworks& f = frameworks();
+  if (!f.numpy) numpy_dtype(DType::kFloat32);
+  py::array array = py::reinterpret_borrow<py::array>(value);
+  DType dtype;
+  if (bits_of) {
+    dtype = *bits_of;
+  } else {
+    const std::string dtype_name_text = py::str(array.dtype().attr("name"));
+    const std::optional<DType> found = dtype_from_name(dtype_name_text);
+    if (!found) type_error(name, value, "arrays of dtype " + dtype_name_text + " cannot be stored");
+    dtype = *found;
+    // Non-native byte order: as little-endian (a copy).
+    const char order = py::str(array.dtype().attr("byteorder")).cast<std::string>()[0];
+    if (order == '>') array = array.attr("astype")(array.dtype().attr("newbyteorder")("<"));
+  }
+  if (!(array.flags() & py::array::c_style)) {
+    array = f.numpy.attr("ascontiguousarray")(array);
+  }
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  // Through Python, not pybind11's nbytes(): Debian's pybind11 (2.10) reads
+  // the dtype's item size from numpy 1's descriptor layout, which numpy 2
+  // changed.
+  const auto nbytes = array.attr("nbytes").cast<size_t>();
+  PyObject* owner = array.ptr();
+  Py_INCREF(owner);
+  Buffer buffer = Buffer::lend({static_cast<const std::byte*>(array.data()), nbytes}, [owner] {
+    py::gil_scoped_acquire gil;
+    Py_DECREF(owner);
+  });
+  return Tensor(dtype, std::move(shape), std::move(buffer));
+}
+
+Tensor tensor_from_torch(py::handle value, const std::string& name) {
+  Frameworks& f = torch_handles();
+  py::object tensor = value.attr("detach")();
+  if (py::str(tensor.attr("device").attr("type")).cast<std::string>() != "cpu") tensor = tensor.attr("cpu")();
+  tensor = tensor.attr("resolve_conj")().attr("resolve_neg")();
+  if (!tensor.attr("is_contiguous")().cast<bool>()) tensor = tensor.attr("contiguous")();
+  py::object torch_dtype = tensor.attr("dtype");
+  std::optional<DType> dtype;
+  for (const DTypeInfo& info : all_dtypes()) {
+    if (torch_dtype.is(f.torch_dtypes[static_cast<size_t>(info.dtype)])) dtype = info.dtype;
+  }
+  if (!dtype) type_error(name, value, "torch dtype " + py::str(torch_dtype).cast<std::string>() + " cannot be stored");
+  if (numpy_lacks(*dtype)) {
+    py::object bits = tensor.attr("view")(dtype_size(*dtype) == 2 ? f.torch_uint16 : f.torch_uint8);
+    return tensor_from_numpy(bits.attr("numpy")(), name, dtype);
+  }
+  return tensor_from_numpy(tensor.attr("numpy")(), name);
+}
+
+Tree value_in(py::handle value, const std::string& name, size_t depth) {
+  if (depth > kMaxDepth) throw py::value_error("state nested deeper than 512 levels (or a cycle) at '" + name + "'");
+  if (value.is_none()) return Tree();
+  if (PyBool_Check(value.ptr())) return Tree(value.ptr() == Py_True);
+  if (PyLong_Check(value.ptr())) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+    if (overflow != 0) {
+      throw Error(ErrorCode::kUnsupported, "integer wider than 64 bits", {.entry = name});
+    }
+    return Tree(static_cast<int64_t>(v));
+  }
+  if (PyFloat_Check(value.ptr())) return Tree(PyFloat_AS_DOUBLE(value.ptr()));
+  if (PyUnicode_Check(value.ptr())) {
+    PyObject* utf8 = PyUnicode_AsEncodedString(value.ptr(), "utf-8", "surrogatepass");
+    if (utf8 == nullptr) throw py::error_already_set();
+    py::bytes bytes = py::reinterpret_steal<py::bytes>(utf8);
+    return Tree(static_cast<std::string>(bytes));
+  }
+  if (PyBytes_Check(value.ptr())) return Tree(Bytes{static_cast<std::string>(py::reinterpret_borrow<py::bytes>(value))});
+  if (PyByteArray_Check(value.ptr())) {
+    return Tree(Bytes{std::string(PyByteArray_AS_STRING(value.ptr()), PyByteArray_GET_SIZE(value.ptr()))});
+  }
+  if (py::isinstance<py::array>(value)) return Tree(tensor_from_numpy(value, name));
+  if (PyDict_Check(value.ptr())) {
+    Tree map = Tree::map();
+    py::dict dict = py::reinterpret_borrow<py::dict>(value);
+    map.reserve(dict.size());
+    for (auto item : dict) {
+      Key key;
+      std::string key_text;
+      if (PyUnicode_Check(item.first.ptr())) {
+        key_text = py::str(item.first);
+        key = key_text;
+      } else if (PyLong_Check(item.first.ptr()) && !PyBool_Check(item.first.ptr())) {
+        key = item.first.cast<int64_t>();
+        key_text = key_to_string(key);
+      } else {
+        type_error(child_name(name, py::str(item.first)), item.first, "dict keys must be str or int");
+      }
+      Tree child = value_in(item.second, child_name(name, key_text), depth + 1);
+      map.set(std::move(key), std::move(child));
+    }
+    return map;
+  }
+  if (PyList_Check(value.ptr()) || PyTuple_Check(value.ptr())) {
+    Tree list = Tree::list();
+    py::sequence sequence = py::reinterpret_borrow<py::sequence>(value);
+    list.reserve(sequence.size());
+    size_t i = 0;
+    for (auto item : sequence) list.push_back(value_in(item, child_name(name, std::to_string(i++)), depth + 1));
+    return list;
+  }
+  if (torch_loaded()) {
+    Frameworks& f = torch_handles();
+    if (py::isinstance(value, f.torch_tensor_type)) return Tree(tensor_from_torch(value, name));
+  }
+  // numpy scalars (np.float32(1.5)) and anything else with __array__.
+  if (py::hasattr(value, "__array__") || py::hasattr(value, "dtype")) {
+    Frameworks& f = frameworks();
+    if (!f.numpy) numpy_dtype(DType::kFloat32);
+    return Tree(tensor_from_numpy(f.numpy.attr("asarray")(value), name));
+  }
+  type_error(name, value, "ckpt stores dicts, lists, tuples, numpy arrays, torch tensors, int, float, bool, "
+                          "str, bytes and None");
+}
+
+Metadata metadata_in(const py::object& metadata) {
+  Metadata out;
+  if (metadata.is_none()) return out;
+  for (auto item : py::reinterpret_borrow<py::dict>(metadata)) {
+    if (!PyUnicode_Check(item.first.ptr()) || !PyUnicode_Check(item.second.ptr())) {
+      throw py::type_error("metadata must map str to str");
+    }
+    out[py::str(item.first)] = py::str(item.second);
+  }
+  return out;
+}
+
+py::dict metadata_out(const Metadata& metadata) {
+  py::dict out;
+  for (const auto& [key, value] : metadata) out[py::str(key)] = py::str(value);
+  return out;
+}
+
+// ---------------------------------------------------------------- handle
+
+py::dict entry_info(const EntryInfo& entry, const std::string& checksum_kind) {
+  py::dict info;
+  info["dtype"] = std::string(dtype_name(entry.dtype));
+  info["shape"] = py::tuple(py::cast(entry.shape));
+  info["offset"] = entry.offset;
+  info["nbytes"] = entry.nbytes;
+  info["checksum"] = entry.checksum.empty() ? py::object(py::none()) : py::object(py::str(entry.checksum));
+  info["checksum_kind"] = checksum_kind;
+  return info;
+}
+
+class Handle {
+ public:
+  Handle(Contents contents, Framework framework) : contents_(std::move(contents)), framework_(framework) {
+    for (size_t i = 0; i < contents_.entries.size(); ++i) index_.emplace(contents_.entries[i].name, i);
+  }
+
+  std::vector<std::string> keys() const {
+    check_open();
+    std::vector<std::string> names;
+    names.reserve(contents_.entries.size());
+    for (const EntryInfo& entry : contents_.entries) names.push_back(entry.name);
+    return names;
+  }
+  py::dict info(const std::string& name) const { return entry_info(entry(name), checksum_kind()); }
+  py::object get(const std::string& name) const {
+    entry(name);
+    return tensor_out(contents_.tree.at(name).tensor(), framework_);
+  }
+  py::object value(const std::string& name) const {
+    check_open();
+    return value_out(contents_.tree.at(name), framework_);
+  }
+  py::object tree() const {
+    check_open();
+    return value_out(contents_.tree, framework_);
+  }
+  py::dict metadata() const {
+    check_open();
+    return metadata_out(contents_.metadata);
+  }
+  std::string format() const { return contents_.format; }
+  int format_version() const { return contents_.format_version; }
+  std::string checksum_kind() const { return std::string(detail::checksum_name(contents_.checksum)); }
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  size_t size() const { return contents_.entries.size(); }
+  // Names and values of the non-tensor leaves.
+  py::dict values() const {
+    check_open();
+    py::dict out;
+    for (const Tree::Leaf& leaf : contents_.tree.leaves()) {
+      if (!leaf.value->is_tensor()) out[py::str(leaf.name)] = value_out(*leaf.value, framework_);
+    }
+    return out;
+  }
+  void close() {
+    contents_ = Contents();
+    index_.clear();
+    closed_ = true;
+  }
+  bool closed() const { return closed_; }
+
+ private:
+  void check_open() const {
+    if (closed_) throw py::value_error("the checkpoint handle is closed");
+  }
+  const EntryInfo& entry(const std::string& name) const {
+    check_open();
+    const auto found = index_.find(name);
+    if (found == index_.end()) {
+      throw Error(ErrorCode::kNotFound, "no tensor named '" + name + "'", {.entry = name});
+    }
+    return contents_.entries[found->second];
+  }
+
+  Contents contents_;
+  Framework framework_;
+  std::unordered_map<std::string, size_t> index_;
+  bool closed_ = false;
+};
+
+Contents open_contents(const std::string& path, bool lazy, bool verify, unsigned threads) {
+  py::gil_scoped_release release;
+  return ckpt::open(path, {.verify = verify, .lazy = lazy, .threads = threads});
+}
+
+// ---------------------------------------------------------------- diff
+
+py::dict diff_out(const DiffReport& report, double atol) {
+  py::dict out;
+  out["identical"] = report.identical();
+  out["atol"] = atol;
+  out["compared"] = report.compared;
+  out["only_in_a"] = report.only_in_a;
+  out["only_in_b"] = report.only_in_b;
+  py::list kinds;
+  for (const KindMismatch& m : report.kind_mismatched) {
+    kinds.append(py::dict(py::arg("name") = m.name, py::arg("a") = std::string(tree_kind_name(m.a)),
+                          py::arg("b") = std::string(tree_kind_name(m.b))));
+  }
+  out["kind_mismatched"] = kinds;
+  py::list dtypes;
+  for (const DTypeMismatch& m : report.dtype_mismatched) {
+    dtypes.append(py::dict(py::arg("name") = m.name, py::arg("a") = std::string(dtype_name(m.a)),
+                           py::arg("b") = std::string(dtype_name(m.b))));
+  }
+  out["dtype_mismatched"] = dtypes;
+  py::list shapes;
+  for (const ShapeMismatch& m : report.shape_mismatched) {
+    shapes.append(py::dict(py::arg("name") = m.name, py::arg("a") = py::tuple(py::cast(m.a)),
+                           py::arg("b") = py::tuple(py::cast(m.b))));
+  }
+  out["shape_mismatched"] = shapes;
+  py::list values;
+  for (const TensorDifference& d : report.value_differences) {
+    values.append(py::dict(py::arg("name") = d.name, py::arg("dtype") = std::string(dtype_name(d.dtype)),
+                           py::arg("max_abs_diff") = d.max_abs_diff,
+                           py::arg("differing_elements") = d.differing_elements, py::arg("numel") = d.numel));
+  }
+  out["value_differences"] = values;
+  py::list leaves;
+  for (const LeafDifference& d : report.leaf_differences) {
+    leaves.append(py::dict(py::arg("name") = d.name, py::arg("a") = value_out(d.a, Framework::kNumpy),
+                           py::arg("b") = value_out(d.b, Framework::kNumpy)));
+  }
+  out["leaf_differences"] = leaves;
+  out["within_tolerance"] = report.within_tolerance;
+  return out;
+}
+
+}  // namespace
+}  // namespace ckpt::python
+
+PYBIND11_MODULE(_ckpt, m) {
+  using namespace ckpt;
+  using namespace ckpt::python;
+  m.doc() = "ckpt's C++ core; use the `ckpt` package instead of this module.";
+
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const Error& e) {
+      raise_python(e);
+    }
+  });
+
+  m.def("register_errors", [](py::object corrupt, py::object unsupported, py::object mismatch) {
+    error_classes() = {std::move(corrupt), std::move(unsupported), std::move(mismatch)};
+  });
+
+  m.def(
+      "save",
+      [](const std::string& path, py::handle state, const std::string& format, py::object metadata, bool extras,
+         const std::string& checksum, bool fsync, unsigned threads) {
+        Tree tree = value_in(state, "", 0);
+        SaveOptions options{.format = format,
+                            .extras = extras,
+                            .checksum = detail::checksum_from_name(checksum),
+                            .metadata = metadata_in(metadata),
+                            .fsync = fsync,
+                            .threads = threads};
+        {
+          py::gil_scoped_release release;
+          ckpt::save(path, tree, options);
+        }
+        // `tree` (and the arrays it borrows) is released here, with the GIL held.
+      },
+      py::arg("path"), py::arg("state"), py::arg("format") = "", py::arg("metadata") = py::none(),
+      py::arg("extras") = true, py::arg("checksum") = "xxh3", py::arg("fsync") = true, py::arg("threads") = 0);
+
+  m.def(
+      "load",
+      [](const std::string& path, const std::string& framework, bool lazy, bool verify, unsigned threads) {
+        const Framework fw = framework_from(framework);
+        const Contents contents = open_contents(path, lazy, verify, threads);
+        return value_out(contents.tree, fw);
+      },
+      py::arg("path"), py::arg("framework") = "numpy", py::arg("lazy") = true, py::arg("verify") = false,
+      py::arg("threads") = 0);
+
+  py::class_<Handle>(m, "Handle")
+      .def("keys", &Handle::keys)
+      .def("info", &Handle::info, py::arg("name"))
+      .def("get", &Handle::get, py::arg("name"))
+      .def("value", &Handle::value, py::arg("name"))
+      .def("tree", &Handle::tree)
+      .def("values", &Handle::values)
+      .def("metadata", &Handle::metadata)
+      .def("format", &Handle::format)
+      .def("format_version", &Handle::format_version)
+      .def("checksum_kind", &Handle::checksum_kind)
+      .def("contains", &Handle::contains, py::arg("name"))
+      .def("size", &Handle::size)
+      .def("close", &Handle::close)
+      .def("closed", &Handle::closed);
+
+  m.def(
+      "open",
+      [](const std::string& path, const std::string& framework, bool verify) {
+        const Framework fw = framework_from(framework);
+        return Handle(open_contents(path, true, verify, 0), fw);
+      },
+      py::arg("path"), py::arg("framework") = "numpy", py::arg("verify") = false);
+
+  m.def(
+      "convert",
+      [](const std::string& src, const std::string& dst, const std::string& to, bool extras) {
+        py::gil_scoped_release release;
+        ckpt::convert(src, dst, {.format = to, .extras = extras});
+        return std::string(ckpt::detect(dst).id());
+      },
+      py::arg("src"), py::arg("dst"), py::arg("to") = "", py::arg("extras") = true);
+
+  m.def(
+      "diff",
+      [](const std::string& a, const std::string& b, double atol) {
+        DiffReport report;
+        {
+          py::gil_scoped_release release;
+          const Tree tree_a = ckpt::load(a);
+          const Tree tree_b = ckpt::load(b);
+          report = ckpt::diff(tree_a, tree_b, {.atol = atol});
+        }
+        return diff_out(report, atol);
+      },
+      py::arg("a"), py::arg("b"), py::arg("atol") = 0.0);
+
+  m.def("formats", [] {
+    py::list out;
+    for (const Format* format : formats()) {
+      const FormatCapabilities caps = format->capabilities();
+      std::vector<std::string> extensions(format->extensions().begin(), format->extensions().end());
+      out.append(py::dict(py::arg("id") = std::string(format->id()),
+                          py::arg("description") = std::string(format->description()),
+                          py::arg("extensions") = extensions, py::arg("read") = caps.read,
+                          py::arg("write") = caps.write, py::arg("tree") = caps.nested_tree,
+                          py::arg("checksums") = caps.checksums));
+    }
+    return out;
+  });
+
+  m.def(
+      "cli",
+      [](const std::vector<std::string>& argv) {
+        std::vector<char*> pointers;
+        std::vector<std::string> copies = argv;
+        for (std::string& arg : copies) pointers.push_back(arg.data());
+        pointers.push_back(nullptr);
+        py::gil_scoped_release release;
+        return ckpt::tool::cli_main(static_cast<int>(copies.size()), pointers.data());
+      },
+      py::arg("argv"));
+
+#ifdef CKPT_VERSION
+  m.attr("__version__") = CKPT_VERSION;
+#else
+  m.attr("__version__") = "0.1.0";
+#endif
+}
