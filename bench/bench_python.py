@@ -58,10 +58,14 @@ def state(count, elements):
 
 
 def removing(*paths):
+    """Before a save: the previous output removed and every dirty page written
+    back (os.sync), outside the timing, so that no contender pays for
+    another's deletion or writeback."""
     def remove():
         for p in paths:
             if p.exists():
                 p.unlink()
+        os.sync()
     return remove
 
 

@@ -82,10 +82,12 @@ struct Frameworks {
   py::object numpy;
   py::object ml_dtypes;
   std::vector<py::object> numpy_dtypes;  // by DType
+  std::unordered_map<PyObject*, DType> numpy_dtype_index;  // those dtype objects → DType
   py::object torch;                      // None until torch is first needed
   py::object torch_from_numpy;
   py::object torch_tensor_type;
   std::vector<py::object> torch_dtypes;  // by DType
+  std::unordered_map<PyObject*, DType> torch_dtype_index;  // torch.dtype object → DType
   py::object torch_uint8;
   py::object torch_uint16;
 };
@@ -105,12 +107,17 @@ const py::object& numpy_dtype(DType dtype) {
         if (!f.ml_dtypes) f.ml_dtypes = py::module_::import("ml_dtypes");
         f.numpy_dtypes.push_back(f.numpy.attr("dtype")(f.ml_dtypes.attr(std::string(info.name).c_str())));
       }
+      f.numpy_dtype_index.emplace(f.numpy_dtypes.back().ptr(), info.dtype);
     }
   }
   return f.numpy_dtypes[static_cast<size_t>(dtype)];
 }
 
-bool torch_loaded() { return py::module_::import("sys").attr("modules").contains("torch"); }
+bool torch_loaded() {
+  if (frameworks().torch) return true;
+  static py::object* modules = new py::object(py::module_::import("sys").attr("modules"));
+  return modules->contains("torch");
+}
 
 Frameworks& torch_handles() {
   Frameworks& f = frameworks();
@@ -118,7 +125,10 @@ Frameworks& torch_handles() {
     f.torch = py::module_::import("torch");
     f.torch_from_numpy = f.torch.attr("from_numpy");
     f.torch_tensor_type = f.torch.attr("Tensor");
-    for (const DTypeInfo& info : all_dtypes()) f.torch_dtypes.push_back(f.torch.attr(std::string(info.torch).c_str()));
+    for (const DTypeInfo& info : all_dtypes()) {
+      f.torch_dtypes.push_back(f.torch.attr(std::string(info.torch).c_str()));
+      f.torch_dtype_index.emplace(f.torch_dtypes.back().ptr(), info.dtype);
+    }
     f.torch_uint8 = f.torch.attr("uint8");
     f.torch_uint16 = f.torch.attr("uint16");
   }
@@ -234,8 +244,12 @@ Tensor tensor_from_numpy(py::handle value, const std::string& name, std::optiona
   if (!f.numpy) numpy_dtype(DType::kFloat32);
   py::array array = py::reinterpret_borrow<py::array>(value);
   DType dtype;
+  const py::object descr = array.dtype();
+  const auto known = f.numpy_dtype_index.find(descr.ptr());  // native dtypes are singletons
   if (bits_of) {
     dtype = *bits_of;
+  } else if (known != f.numpy_dtype_index.end()) {
+    dtype = known->second;
   } else {
     const std::string dtype_name_text = py::str(array.dtype().attr("name"));
     const std::optional<DType> found = dtype_from_name(dtype_name_text);
@@ -262,23 +276,35 @@ Tensor tensor_from_numpy(py::handle value, const std::string& name, std::optiona
   return Tensor(dtype, std::move(shape), std::move(buffer));
 }
 
+// A torch tensor's memory, lent to the core: CPU, contiguous, conj/neg bits
+// resolved (copies only where the tensor is not so already). Attribute reads
+// only on the common path: this runs once per tensor of a state dict.
 Tensor tensor_from_torch(py::handle value, const std::string& name) {
   Frameworks& f = torch_handles();
-  py::object tensor = value.attr("detach")();
-  if (py::str(tensor.attr("device").attr("type")).cast<std::string>() != "cpu") tensor = tensor.attr("cpu")();
-  tensor = tensor.attr("resolve_conj")().attr("resolve_neg")();
+  py::object tensor = py::reinterpret_borrow<py::object>(value);
+  if (!tensor.attr("is_cpu").cast<bool>()) tensor = tensor.attr("cpu")();
+  if (tensor.attr("is_conj")().cast<bool>()) tensor = tensor.attr("resolve_conj")();
+  if (tensor.attr("is_neg")().cast<bool>()) tensor = tensor.attr("resolve_neg")();
   if (!tensor.attr("is_contiguous")().cast<bool>()) tensor = tensor.attr("contiguous")();
-  py::object torch_dtype = tensor.attr("dtype");
-  std::optional<DType> dtype;
-  for (const DTypeInfo& info : all_dtypes()) {
-    if (torch_dtype.is(f.torch_dtypes[static_cast<size_t>(info.dtype)])) dtype = info.dtype;
+  const py::object torch_dtype = tensor.attr("dtype");
+  const auto found = f.torch_dtype_index.find(torch_dtype.ptr());
+  if (found == f.torch_dtype_index.end()) {
+    type_error(name, value, "torch dtype " + py::str(torch_dtype).cast<std::string>() + " cannot be stored");
   }
-  if (!dtype) type_error(name, value, "torch dtype " + py::str(torch_dtype).cast<std::string>() + " cannot be stored");
-  if (numpy_lacks(*dtype)) {
-    py::object bits = tensor.attr("view")(dtype_size(*dtype) == 2 ? f.torch_uint16 : f.torch_uint8);
-    return tensor_from_numpy(bits.attr("numpy")(), name, dtype);
-  }
-  return tensor_from_numpy(tensor.attr("numpy")(), name);
+  const DType dtype = found->second;
+  const py::tuple sizes = py::tuple(tensor.attr("shape"));
+  Shape shape;
+  shape.reserve(sizes.size());
+  for (py::handle size : sizes) shape.push_back(size.cast<int64_t>());
+  const uint64_t nbytes = checked_numel(shape, dtype_size(dtype)) * dtype_size(dtype);
+  const auto* data = reinterpret_cast<const std::byte*>(
+      nbytes == 0 ? 0 : tensor.attr("data_ptr")().cast<uintptr_t>());
+  PyObject* owner = tensor.release().ptr();  // kept alive until the core is done with the memory
+  Buffer buffer = Buffer::lend({data, static_cast<size_t>(nbytes)}, [owner] {
+    py::gil_scoped_acquire gil;
+    Py_DECREF(owner);
+  });
+  return Tensor(dtype, std::move(shape), std::move(buffer));
 }
 
 Tree value_in(py::handle value, const std::string& name, size_t depth) {
