@@ -14,8 +14,9 @@ namespace ckpt {
 // an earlier file at `path` is untouched and no temporary is left behind.
 // The format is options.format, else the one `path`'s extension names, else
 // safetensors.
-// Throws Error{kUnsupported} if the format cannot hold the tree,
-// {kIo} if the operating system refuses.
+// Throws Error{kUnsupported} if the format cannot hold the tree (or
+// options.metadata, where the format has no place for metadata), {kIo} if
+// the operating system refuses.
 void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options = {});
 
 // Returns the tree of `path`; tensors map the file lazily and keep the
@@ -45,7 +46,8 @@ const Format& detect(const std::filesystem::path& path);
 Contents verify(const std::filesystem::path& path);
 
 // Reads `src` and writes it to `dst` (format from options as in save()).
-// Tensors are copied bit-exact.
+// Tensors are copied bit-exact; `src`'s metadata goes along where the target
+// format keeps metadata (options.metadata, if given, replaces it).
 void convert(const std::filesystem::path& src, const std::filesystem::path& dst,
              const SaveOptions& options = {});
 

@@ -83,6 +83,7 @@ struct FormatCapabilities {
   bool nested_tree = false;     // keeps non-tensor leaves, lists, integer keys
   bool checksums = false;
   bool single_tensor = false;   // holds exactly one tensor (npy)
+  bool metadata = false;        // keeps SaveOptions::metadata
 };
 
 class Format {

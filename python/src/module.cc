@@ -342,7 +342,13 @@ Tree value_in(py::handle value, const std::string& name, size_t depth) {
         key_text = py::str(item.first);
         key = key_text;
       } else if (PyLong_Check(item.first.ptr()) && !PyBool_Check(item.first.ptr())) {
-        key = item.first.cast<int64_t>();
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(item.first.ptr(), &overflow);
+        if (overflow != 0) {
+          throw Error(ErrorCode::kUnsupported, "integer dict key wider than 64 bits",
+                      {.entry = child_name(name, py::str(item.first))});
+        }
+        key = static_cast<int64_t>(v);
         key_text = key_to_string(key);
       } else {
         type_error(child_name(name, py::str(item.first)), item.first, "dict keys must be str or int");
@@ -425,7 +431,9 @@ class Handle {
   }
   py::object value(const std::string& name) const {
     check_open();
-    return value_out(contents_.tree.at(name), framework_);
+    const Tree* found = contents_.tree.find_path(name);
+    if (found == nullptr) throw py::key_error("no entry named '" + name + "'");
+    return value_out(*found, framework_);
   }
   py::object tree() const {
     check_open();
@@ -438,8 +446,14 @@ class Handle {
   std::string format() const { return contents_.format; }
   int format_version() const { return contents_.format_version; }
   std::string checksum_kind() const { return std::string(detail::checksum_name(contents_.checksum)); }
-  bool contains(const std::string& name) const { return index_.count(name) != 0; }
-  size_t size() const { return contents_.entries.size(); }
+  bool contains(const std::string& name) const {
+    check_open();
+    return index_.count(name) != 0;
+  }
+  size_t size() const {
+    check_open();
+    return contents_.entries.size();
+  }
   // Names and values of the non-tensor leaves.
   py::dict values() const {
     check_open();
@@ -463,9 +477,7 @@ class Handle {
   const EntryInfo& entry(const std::string& name) const {
     check_open();
     const auto found = index_.find(name);
-    if (found == index_.end()) {
-      throw Error(ErrorCode::kNotFound, "no tensor named '" + name + "'", {.entry = name});
-    }
+    if (found == index_.end()) throw py::key_error("no tensor named '" + name + "'");
     return contents_.entries[found->second];
   }
 
@@ -625,12 +637,13 @@ PYBIND11_MODULE(_ckpt, m) {
     py::list out;
     for (const Format* format : formats()) {
       const FormatCapabilities caps = format->capabilities();
-      std::vector<std::string> extensions(format->extensions().begin(), format->extensions().end());
+      const std::vector<std::string_view> views = format->extensions();
+      std::vector<std::string> extensions(views.begin(), views.end());
       out.append(py::dict(py::arg("id") = std::string(format->id()),
                           py::arg("description") = std::string(format->description()),
                           py::arg("extensions") = extensions, py::arg("read") = caps.read,
                           py::arg("write") = caps.write, py::arg("tree") = caps.nested_tree,
-                          py::arg("checksums") = caps.checksums));
+                          py::arg("checksums") = caps.checksums, py::arg("metadata") = caps.metadata));
     }
     return out;
   });

@@ -170,6 +170,11 @@ void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions
   with_path(path, [&] {
     const Format& format = format_for_save(path, options);
     require_writable(format, path);
+    if (!options.metadata.empty() && !format.capabilities().metadata) {
+      throw Error(ErrorCode::kUnsupported,
+                  "format '" + std::string(format.id()) + "' has no place for metadata (" +
+                      std::to_string(options.metadata.size()) + " entries given)");
+    }
     format.write(path, tree, options);
   });
 }
@@ -177,8 +182,11 @@ void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions
 void convert(const std::filesystem::path& src, const std::filesystem::path& dst, const SaveOptions& options) {
   Contents contents = open(src);
   SaveOptions target = options;
-  // User metadata travels along unless the caller gave its own.
-  if (target.metadata.empty()) target.metadata = contents.metadata;
+  // User metadata travels along unless the caller gave its own, to formats
+  // that can hold it (npz and npy cannot: it is left behind).
+  if (target.metadata.empty() && format_for_save(dst, target).capabilities().metadata) {
+    target.metadata = contents.metadata;
+  }
   save(dst, contents.tree, target);
 }
 

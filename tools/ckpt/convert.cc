@@ -73,7 +73,8 @@ int run_convert(const ConvertArguments& arguments) {
   // Read errors name SRC, write errors DST. The write is atomic, so a
   // failure leaves any earlier DST untouched.
   const Contents contents = naming_file(arguments.source, [&] { return open(arguments.source); });
-  options.metadata = contents.metadata;
+  // Metadata goes along where the target keeps it (npz and npy do not).
+  if (format.capabilities().metadata) options.metadata = contents.metadata;
   std::vector<std::string> dropped;
   if (format.capabilities().nested_tree && options.extras) {
     naming_file(arguments.destination, [&] { save(arguments.destination, contents.tree, options); });

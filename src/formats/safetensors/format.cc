@@ -19,7 +19,7 @@ class SafetensorsFormat final : public Format {
   }
   std::vector<std::string_view> extensions() const override { return {".safetensors"}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = true, .nested_tree = true, .checksums = true, .single_tensor = false};
+    return {.read = true, .write = true, .nested_tree = true, .checksums = true, .single_tensor = false, .metadata = true};
   }
   std::vector<DType> dtypes() const override {
     // Every ckpt dtype; complex128 only with extras (stored as F64 pairs).
