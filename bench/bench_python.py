@@ -24,23 +24,12 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
-import time
 
 import safetensors.torch
 import torch
 
 import ckpt
-
-
-def best(repeats, body, before=None):
-    times = []
-    for _ in range(repeats):
-        if before:
-            before()
-        start = time.perf_counter()
-        body()
-        times.append(time.perf_counter() - start)
-    return min(times)
+from bench_common import best, state
 
 
 def touch(state):
@@ -50,11 +39,6 @@ def touch(state):
         flat = t.reshape(-1).view(torch.uint8)
         total += int(flat[::4096].sum())
     return total
-
-
-def state(count, elements):
-    generator = torch.Generator().manual_seed(0)
-    return {f"layers.{i}.weight": torch.rand(elements, generator=generator) for i in range(count)}
 
 
 def removing(*paths):

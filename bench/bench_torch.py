@@ -21,25 +21,10 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
-import time
 
 import torch
 
-
-def best(repeats, body, before=None):
-    times = []
-    for _ in range(repeats):
-        if before:
-            before()
-        start = time.perf_counter()
-        body()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def state(count, elements):
-    generator = torch.Generator().manual_seed(0)
-    return {f"layers.{i}.weight": torch.rand(elements, generator=generator) for i in range(count)}
+from bench_common import best, state
 
 
 def measure(label, sd, directory, bench, repeats):

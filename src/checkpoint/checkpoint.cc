@@ -1,19 +1,15 @@
 #include "ckpt/checkpoint.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
 #include "io/mapped_file.h"
-#include <functional>
+#include "io/parallel.h"
 
 namespace ckpt {
 namespace {
@@ -43,36 +39,6 @@ auto with_path(const std::filesystem::path& path, Body body) -> decltype(body())
 
 // Read in pieces of this size, spread over the threads.
 constexpr size_t kReadChunk = size_t{8} << 20;
-
-// Runs body(i) for i in [0, count) on up to `threads` threads; rethrows the
-// first exception.
-void parallel_for(size_t count, unsigned threads, const std::function<void(size_t)>& body) {
-  if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
-  threads = static_cast<unsigned>(std::min<size_t>(threads, count));
-  if (threads <= 1) {
-    for (size_t i = 0; i < count; ++i) body(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    for (size_t i = next++; i < count; i = next++) {
-      try {
-        body(i);
-      } catch (...) {
-        std::lock_guard lock(error_mutex);
-        if (!error) error = std::current_exception();
-        next = count;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& thread : pool) thread.join();
-  if (error) std::rethrow_exception(error);
-}
 
 }  // namespace
 
@@ -113,7 +79,7 @@ void materialize(Tree& tree, unsigned threads) {
       pieces.push_back({&block, offset, std::min(kReadChunk, size - offset)});
     }
   }
-  parallel_for(pieces.size(), threads, [&](size_t i) {
+  detail::parallel_for(pieces.size(), threads, [&](size_t i, unsigned) {
     const Piece& piece = pieces[i];
     const Buffer source = Buffer::view(piece.block->storage, {piece.block->start + piece.offset, piece.size});
     source.copy_to(piece.block->heap.mutable_bytes().subspan(piece.offset, piece.size));

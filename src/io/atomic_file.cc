@@ -1,4 +1,5 @@
 #include "io/atomic_file.h"
+#include "io/parallel.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -154,7 +155,7 @@ std::vector<WriteJob> plan_jobs(const std::vector<WriteSpan>& spans) {
 
 void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned threads) {
   const std::vector<WriteJob> jobs = plan_jobs(spans);
-  if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  if (threads == 0) threads = default_threads();
   uint64_t total = 0;
   for (const WriteSpan& span : spans) total += span.bytes.size();
   threads = static_cast<unsigned>(std::min<uint64_t>({threads, jobs.size(), std::max<uint64_t>(1, total / kChunkSize)}));
@@ -180,33 +181,8 @@ void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned th
     }
     write_at(gathered, spans[job.first].offset);
   };
-  if (threads <= 1) {
-    std::vector<std::byte> gathered;
-    for (const WriteJob& job : jobs) run_job(job, gathered);
-    return;
-  }
-  // Jobs are handed out in order; each is done whole by one thread.
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::exception_ptr first_error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    std::vector<std::byte> gathered;
-    for (size_t i = next++; i < jobs.size() && !failed; i = next++) {
-      try {
-        run_job(jobs[i], gathered);
-      } catch (...) {
-        std::lock_guard lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& thread : pool) thread.join();
-  if (first_error) std::rethrow_exception(first_error);
+  std::vector<std::vector<std::byte>> gathered(std::max(threads, 1u));  // scratch per thread
+  parallel_for(jobs.size(), threads, [&](size_t i, unsigned worker) { run_job(jobs[i], gathered[worker]); });
 }
 
 void AtomicFile::commit() {
