@@ -39,7 +39,7 @@ test-asan:
 test-python:
 	CKPT_TOOL=$(abspath $(BUILD))/ckpt $(PYTHON) -m pytest tests/interop tests/python -q
 
-demo: build
+demo: build python
 	scripts/demo $(BUILD)/ckpt
 
 bench: build python
