@@ -1,0 +1,340 @@
+#include "values.h"
+
+#include <pybind11/numpy.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ckpt/error.h"
+
+namespace ckpt::python {
+
+// Helpers below have external linkage in ckpt::python but are declared only
+// here; the module's entry points are in values.h.
+
+// ---------------------------------------------------------------- dtypes
+
+struct Frameworks {
+  py::object numpy;
+  py::object ml_dtypes;
+  std::vector<py::object> numpy_dtypes;  // by DType
+  std::unordered_map<PyObject*, DType> numpy_dtype_index;  // those dtype objects → DType
+  py::object torch;                      // None until torch is first needed
+  py::object torch_from_numpy;
+  py::object torch_tensor_type;
+  std::vector<py::object> torch_dtypes;  // by DType
+  std::unordered_map<PyObject*, DType> torch_dtype_index;  // torch.dtype object → DType
+  py::object torch_uint8;
+  py::object torch_uint16;
+};
+Frameworks& frameworks() {
+  static Frameworks* f = new Frameworks();
+  return *f;
+}
+
+const py::object& numpy_dtype(DType dtype) {
+  Frameworks& f = frameworks();
+  if (f.numpy_dtypes.empty()) {
+    f.numpy = py::module_::import("numpy");
+    for (const DTypeInfo& info : all_dtypes()) {
+      if (!info.numpy_descr.empty()) {
+        f.numpy_dtypes.push_back(f.numpy.attr("dtype")(std::string(info.numpy_descr)));
+      } else {
+        if (!f.ml_dtypes) f.ml_dtypes = py::module_::import("ml_dtypes");
+        f.numpy_dtypes.push_back(f.numpy.attr("dtype")(f.ml_dtypes.attr(std::string(info.name).c_str())));
+      }
+      f.numpy_dtype_index.emplace(f.numpy_dtypes.back().ptr(), info.dtype);
+    }
+  }
+  return f.numpy_dtypes[static_cast<size_t>(dtype)];
+}
+
+bool torch_loaded() {
+  if (frameworks().torch) return true;
+  static py::object* modules = new py::object(py::module_::import("sys").attr("modules"));
+  return modules->contains("torch");
+}
+
+Frameworks& torch_handles() {
+  Frameworks& f = frameworks();
+  if (!f.torch) {
+    f.torch = py::module_::import("torch");
+    f.torch_from_numpy = f.torch.attr("from_numpy");
+    f.torch_tensor_type = f.torch.attr("Tensor");
+    for (const DTypeInfo& info : all_dtypes()) {
+      f.torch_dtypes.push_back(f.torch.attr(std::string(info.torch).c_str()));
+      f.torch_dtype_index.emplace(f.torch_dtypes.back().ptr(), info.dtype);
+    }
+    f.torch_uint8 = f.torch.attr("uint8");
+    f.torch_uint16 = f.torch.attr("uint16");
+  }
+  return f;
+}
+
+// numpy cannot hold these natively: torch sees them as integers of their width.
+bool numpy_lacks(DType dtype) { return dtype_info(dtype).numpy_descr.empty(); }
+
+// ---------------------------------------------------------------- tensors out
+
+Framework framework_from(const std::string& name) {
+  if (name == "numpy" || name == "np") return Framework::kNumpy;
+  if (name == "torch" || name == "pt") return Framework::kTorch;
+  throw Error(ErrorCode::kInvalidArgument, "framework must be 'numpy' or 'torch', not '" + name + "'");
+}
+
+// A numpy array viewing `tensor`'s memory, kept alive by a capsule. `as_bits`
+// gives dtypes numpy lacks as unsigned integers of their width (for torch).
+py::array numpy_view(const Tensor& tensor, bool writable, bool as_bits) {
+  static const std::byte kEmpty[64] = {};
+  const Buffer& buffer = tensor.buffer();
+  const DType dtype = tensor.dtype();
+  py::object dt;
+  if (as_bits && numpy_lacks(dtype)) {
+    dt = numpy_dtype(dtype_size(dtype) == 2 ? DType::kUInt16 : DType::kUInt8);
+  } else {
+    dt = numpy_dtype(dtype);
+  }
+  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t stride = static_cast<py::ssize_t>(dtype_size(dtype));
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+  const void* data = buffer.empty() ? static_cast<const void*>(kEmpty) : buffer.data();  // deferred: gathers here
+  py::capsule base(new Buffer(buffer), [](void* p) { delete static_cast<Buffer*>(p); });
+  py::array array(py::reinterpret_borrow<py::dtype>(dt), shape, strides, data, base);
+  if (!writable) py::detail::array_proxy(array.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return array;
+}
+
+py::object tensor_out(const Tensor& tensor, Framework framework) {
+  if (framework == Framework::kNumpy) {
+    // Read-only: mapped files are shared with every other reader.
+    return numpy_view(tensor, /*writable=*/false, /*as_bits=*/false);
+  }
+  // torch tensors are writable; the mapping is private (copy on write), so a
+  // write never reaches the file.
+  Frameworks& f = torch_handles();
+  py::object array = numpy_view(tensor, /*writable=*/true, /*as_bits=*/true);
+  py::object result = f.torch_from_numpy(array);
+  if (numpy_lacks(tensor.dtype())) result = result.attr("view")(f.torch_dtypes[static_cast<size_t>(tensor.dtype())]);
+  return result;
+}
+
+py::object value_out_at(const Tree& tree, Framework framework, size_t depth) {
+  switch (tree.kind()) {
+    case Tree::Kind::kNone: return py::none();
+    case Tree::Kind::kBool: return py::bool_(tree.boolean());
+    case Tree::Kind::kInt: return py::int_(tree.integer());
+    case Tree::Kind::kFloat: return py::float_(tree.real());
+    case Tree::Kind::kString: {
+      const std::string& text = tree.string();
+      PyObject* str = PyUnicode_DecodeUTF8(text.data(), static_cast<py::ssize_t>(text.size()), "surrogatepass");
+      if (str == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(str);
+    }
+    case Tree::Kind::kBytes: return py::bytes(tree.bytes().data);
+    case Tree::Kind::kTensor: return tensor_out(tree.tensor(), framework);
+    case Tree::Kind::kList: {
+      py::list list(tree.size());
+      size_t i = 0;
+      for (const TreeEntry& entry : tree.entries()) list[i++] = value_out_at(entry.value, framework, depth + 1);
+      return list;
+    }
+    case Tree::Kind::kMap: {
+      py::dict dict;
+      for (const TreeEntry& entry : tree.entries()) {
+        py::object key;
+        if (const auto* text = std::get_if<std::string>(&entry.key)) {
+          key = py::str(*text);
+        } else {
+          key = py::int_(std::get<int64_t>(entry.key));
+        }
+        dict[key] = value_out_at(entry.value, framework, depth + 1);
+      }
+      return dict;
+    }
+  }
+  return py::none();
+}
+
+py::object value_out(const Tree& tree, Framework framework) { return value_out_at(tree, framework, 0); }
+
+// ---------------------------------------------------------------- values in
+
+constexpr size_t kMaxDepth = 512;
+
+std::string child_name(const std::string& name, const std::string& key) {
+  return name.empty() ? key : name + "." + key;
+}
+
+[[noreturn]] void type_error(const std::string& name, py::handle value, const std::string& why) {
+  const std::string type = py::str(py::type::handle_of(value).attr("__name__"));
+  throw py::type_error("cannot save " + (name.empty() ? std::string("the state") : "'" + name + "'") + " of type " +
+                       type + ": " + why);
+}
+
+Tensor tensor_from_numpy(py::handle value, const std::string& name, std::optional<DType> bits_of = std::nullopt) {
+  Frameworks& f = frameworks();
+  if (!f.numpy) numpy_dtype(DType::kFloat32);
+  py::array array = py::reinterpret_borrow<py::array>(value);
+  DType dtype;
+  const py::object descr = array.dtype();
+  const auto known = f.numpy_dtype_index.find(descr.ptr());  // native dtypes are singletons
+  if (bits_of) {
+    dtype = *bits_of;
+  } else if (known != f.numpy_dtype_index.end()) {
+    dtype = known->second;
+  } else {
+    const std::string dtype_name_text = py::str(array.dtype().attr("name"));
+    const std::optional<DType> found = dtype_from_name(dtype_name_text);
+    if (!found) type_error(name, value, "arrays of dtype " + dtype_name_text + " cannot be stored");
+    dtype = *found;
+    // Non-native byte order: as little-endian (a copy).
+    const char order = py::str(array.dtype().attr("byteorder")).cast<std::string>()[0];
+    if (order == '>') array = array.attr("astype")(array.dtype().attr("newbyteorder")("<"));
+  }
+  if (!(array.flags() & py::array::c_style)) {
+    array = f.numpy.attr("ascontiguousarray")(array);
+  }
+  Shape shape(array.shape(), array.shape() + array.ndim());
+  // Through Python, not pybind11's nbytes(): Debian's pybind11 (2.10) reads
+  // the dtype's item size from numpy 1's descriptor layout, which numpy 2
+  // changed.
+  const auto nbytes = array.attr("nbytes").cast<size_t>();
+  PyObject* owner = array.ptr();
+  Py_INCREF(owner);
+  Buffer buffer = Buffer::lend({static_cast<const std::byte*>(array.data()), nbytes}, [owner] {
+    py::gil_scoped_acquire gil;
+    Py_DECREF(owner);
+  });
+  return Tensor(dtype, std::move(shape), std::move(buffer));
+}
+
+// A torch tensor's memory, lent to the core: CPU, contiguous, conj/neg bits
+// resolved (copies only where the tensor is not so already). Attribute reads
+// only on the common path: this runs once per tensor of a state dict.
+Tensor tensor_from_torch(py::handle value, const std::string& name) {
+  Frameworks& f = torch_handles();
+  py::object tensor = py::reinterpret_borrow<py::object>(value);
+  if (!tensor.attr("is_cpu").cast<bool>()) tensor = tensor.attr("cpu")();
+  if (tensor.attr("is_conj")().cast<bool>()) tensor = tensor.attr("resolve_conj")();
+  if (tensor.attr("is_neg")().cast<bool>()) tensor = tensor.attr("resolve_neg")();
+  if (!tensor.attr("is_contiguous")().cast<bool>()) tensor = tensor.attr("contiguous")();
+  const py::object torch_dtype = tensor.attr("dtype");
+  const auto found = f.torch_dtype_index.find(torch_dtype.ptr());
+  if (found == f.torch_dtype_index.end()) {
+    type_error(name, value, "torch dtype " + py::str(torch_dtype).cast<std::string>() + " cannot be stored");
+  }
+  const DType dtype = found->second;
+  const py::tuple sizes = py::tuple(tensor.attr("shape"));
+  Shape shape;
+  shape.reserve(sizes.size());
+  for (py::handle size : sizes) shape.push_back(size.cast<int64_t>());
+  const uint64_t nbytes = checked_numel(shape, dtype_size(dtype)) * dtype_size(dtype);
+  const auto* data = reinterpret_cast<const std::byte*>(
+      nbytes == 0 ? 0 : tensor.attr("data_ptr")().cast<uintptr_t>());
+  PyObject* owner = tensor.release().ptr();  // kept alive until the core is done with the memory
+  Buffer buffer = Buffer::lend({data, static_cast<size_t>(nbytes)}, [owner] {
+    py::gil_scoped_acquire gil;
+    Py_DECREF(owner);
+  });
+  return Tensor(dtype, std::move(shape), std::move(buffer));
+}
+
+Tree value_in(py::handle value, const std::string& name, size_t depth) {
+  if (depth > kMaxDepth) throw py::value_error("state nested deeper than 512 levels (or a cycle) at '" + name + "'");
+  if (value.is_none()) return Tree();
+  if (PyBool_Check(value.ptr())) return Tree(value.ptr() == Py_True);
+  if (PyLong_Check(value.ptr())) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+    if (overflow != 0) {
+      throw Error(ErrorCode::kUnsupported, "integer wider than 64 bits", {.entry = name});
+    }
+    return Tree(static_cast<int64_t>(v));
+  }
+  if (PyFloat_Check(value.ptr())) return Tree(PyFloat_AS_DOUBLE(value.ptr()));
+  if (PyUnicode_Check(value.ptr())) {
+    PyObject* utf8 = PyUnicode_AsEncodedString(value.ptr(), "utf-8", "surrogatepass");
+    if (utf8 == nullptr) throw py::error_already_set();
+    py::bytes bytes = py::reinterpret_steal<py::bytes>(utf8);
+    return Tree(static_cast<std::string>(bytes));
+  }
+  if (PyBytes_Check(value.ptr())) return Tree(Bytes{static_cast<std::string>(py::reinterpret_borrow<py::bytes>(value))});
+  if (PyByteArray_Check(value.ptr())) {
+    return Tree(Bytes{std::string(PyByteArray_AS_STRING(value.ptr()), PyByteArray_GET_SIZE(value.ptr()))});
+  }
+  if (py::isinstance<py::array>(value)) return Tree(tensor_from_numpy(value, name));
+  if (PyDict_Check(value.ptr())) {
+    Tree map = Tree::map();
+    py::dict dict = py::reinterpret_borrow<py::dict>(value);
+    map.reserve(dict.size());
+    for (auto item : dict) {
+      Key key;
+      std::string key_text;
+      if (PyUnicode_Check(item.first.ptr())) {
+        key_text = py::str(item.first);
+        key = key_text;
+      } else if (PyLong_Check(item.first.ptr()) && !PyBool_Check(item.first.ptr())) {
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(item.first.ptr(), &overflow);
+        if (overflow != 0) {
+          throw Error(ErrorCode::kUnsupported, "integer dict key wider than 64 bits",
+                      {.entry = child_name(name, py::str(item.first))});
+        }
+        key = static_cast<int64_t>(v);
+        key_text = key_to_string(key);
+      } else {
+        type_error(child_name(name, py::str(item.first)), item.first, "dict keys must be str or int");
+      }
+      Tree child = value_in(item.second, child_name(name, key_text), depth + 1);
+      map.set(std::move(key), std::move(child));
+    }
+    return map;
+  }
+  if (PyList_Check(value.ptr()) || PyTuple_Check(value.ptr())) {
+    Tree list = Tree::list();
+    py::sequence sequence = py::reinterpret_borrow<py::sequence>(value);
+    list.reserve(sequence.size());
+    size_t i = 0;
+    for (auto item : sequence) list.push_back(value_in(item, child_name(name, std::to_string(i++)), depth + 1));
+    return list;
+  }
+  if (torch_loaded()) {
+    Frameworks& f = torch_handles();
+    if (py::isinstance(value, f.torch_tensor_type)) return Tree(tensor_from_torch(value, name));
+  }
+  // numpy scalars (np.float32(1.5)) and anything else with __array__.
+  if (py::hasattr(value, "__array__") || py::hasattr(value, "dtype")) {
+    Frameworks& f = frameworks();
+    if (!f.numpy) numpy_dtype(DType::kFloat32);
+    return Tree(tensor_from_numpy(f.numpy.attr("asarray")(value), name));
+  }
+  type_error(name, value, "ckpt stores dicts, lists, tuples, numpy arrays, torch tensors, int, float, bool, "
+                          "str, bytes and None");
+}
+
+Metadata metadata_in(const py::object& metadata) {
+  Metadata out;
+  if (metadata.is_none()) return out;
+  for (auto item : py::reinterpret_borrow<py::dict>(metadata)) {
+    if (!PyUnicode_Check(item.first.ptr()) || !PyUnicode_Check(item.second.ptr())) {
+      throw py::type_error("metadata must map str to str");
+    }
+    out[py::str(item.first)] = py::str(item.second);
+  }
+  return out;
+}
+
+py::dict metadata_out(const Metadata& metadata) {
+  py::dict out;
+  for (const auto& [key, value] : metadata) out[py::str(key)] = py::str(value);
+  return out;
+}
+
+}  // namespace ckpt::python

@@ -1,0 +1,40 @@
+#pragma once
+// Python values <-> ckpt trees, for the extension module: tensors as numpy
+// arrays or torch tensors over ckpt's memory (zero-copy), numpy arrays and
+// torch tensors lent to the core for saving, Python scalars and containers
+// as tree leaves and maps/lists.
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "ckpt/format.h"
+#include "ckpt/tree.h"
+
+namespace ckpt::python {
+
+namespace py = pybind11;
+
+enum class Framework { kNumpy, kTorch };
+
+// "numpy"/"np" or "torch"/"pt". Throws Error{kInvalidArgument} otherwise.
+Framework framework_from(const std::string& name);
+
+// A tensor as a read-only numpy array (kNumpy) or a writable torch tensor
+// over the same memory (kTorch), kept alive by a capsule holding its Buffer.
+py::object tensor_out(const Tensor& tensor, Framework framework);
+
+// The tree as dicts, lists and Python scalars, tensors as tensor_out().
+py::object value_out(const Tree& tree, Framework framework);
+
+// A nest of dicts (str/int keys), lists, tuples, numpy arrays, torch tensors
+// and Python scalars as a tree; arrays and tensors are lent, not copied
+// (their Python objects stay referenced until the tree lets go of them).
+// `name` is the nest's dotted path, for messages. Throws py::type_error for
+// values ckpt cannot store, Error{kUnsupported} for ints past 64 bits.
+Tree value_in(py::handle value, const std::string& name = "", size_t depth = 0);
+
+Metadata metadata_in(const py::object& metadata);
+py::dict metadata_out(const Metadata& metadata);
+
+}  // namespace ckpt::python
