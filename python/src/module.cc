@@ -124,7 +124,10 @@ class Handle {
     check_open();
     return metadata_out(contents_.metadata);
   }
-  std::string format() const { return contents_.format; }
+  std::string format() const {
+    check_open();
+    return contents_.format;
+  }
   int format_version() const { return contents_.format_version; }
   std::string checksum_kind() const { return std::string(detail::checksum_name(contents_.checksum)); }
   bool contains(const std::string& name) const {
@@ -224,6 +227,7 @@ PYBIND11_MODULE(_ckpt, m) {
   using namespace ckpt;
   using namespace ckpt::python;
   m.doc() = "ckpt's C++ core; use the `ckpt` package instead of this module.";
+  init_values();
 
   py::register_exception_translator([](std::exception_ptr error) {
     try {

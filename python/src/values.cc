@@ -60,17 +60,29 @@ bool torch_loaded() {
 
 Frameworks& torch_handles() {
   Frameworks& f = frameworks();
-  if (!f.torch) {
-    f.torch = py::module_::import("torch");
-    f.torch_from_numpy = f.torch.attr("from_numpy");
-    f.torch_tensor_type = f.torch.attr("Tensor");
-    for (const DTypeInfo& info : all_dtypes()) {
-      f.torch_dtypes.push_back(f.torch.attr(std::string(info.torch).c_str()));
-      f.torch_dtype_index.emplace(f.torch_dtypes.back().ptr(), info.dtype);
-    }
-    f.torch_uint8 = f.torch.attr("uint8");
-    f.torch_uint16 = f.torch.attr("uint16");
+  if (f.torch) return f;
+  // Importing may let other threads run (it can release the GIL): everything
+  // is built in locals and published at once, under the GIL, by whichever
+  // thread gets there first.
+  py::object torch = py::module_::import("torch");
+  std::vector<py::object> dtypes;
+  std::unordered_map<PyObject*, DType> index;
+  for (const DTypeInfo& info : all_dtypes()) {
+    dtypes.push_back(torch.attr(std::string(info.torch).c_str()));
+    index.emplace(dtypes.back().ptr(), info.dtype);
   }
+  py::object from_numpy = torch.attr("from_numpy");
+  py::object tensor_type = torch.attr("Tensor");
+  py::object uint8 = torch.attr("uint8");
+  py::object uint16 = torch.attr("uint16");
+  if (f.torch) return f;  // another thread finished first
+  f.torch_dtypes = std::move(dtypes);
+  f.torch_dtype_index = std::move(index);
+  f.torch_from_numpy = std::move(from_numpy);
+  f.torch_tensor_type = std::move(tensor_type);
+  f.torch_uint8 = std::move(uint8);
+  f.torch_uint16 = std::move(uint16);
+  f.torch = std::move(torch);  // last: the flag the check above reads
   return f;
 }
 
@@ -335,6 +347,15 @@ py::dict metadata_out(const Metadata& metadata) {
   py::dict out;
   for (const auto& [key, value] : metadata) out[py::str(key)] = py::str(value);
   return out;
+}
+
+void init_values() {
+  // numpy's C API (pybind11 imports numpy.core.multiarray inside a function
+  // static, whose guard would be held across the import's GIL release if
+  // two threads got there first together) and the dtype tables, once, while
+  // the module is imported.
+  py::detail::npy_api::get();
+  numpy_dtype(DType::kFloat32);
 }
 
 }  // namespace ckpt::python

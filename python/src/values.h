@@ -17,6 +17,10 @@ namespace py = pybind11;
 
 enum class Framework { kNumpy, kTorch };
 
+// Imports numpy (and ml_dtypes) and fills the dtype tables; called once when
+// the extension module is imported, so that threads never race to do it.
+void init_values();
+
 // "numpy"/"np" or "torch"/"pt". Throws Error{kInvalidArgument} otherwise.
 Framework framework_from(const std::string& name);
 

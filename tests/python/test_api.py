@@ -1,6 +1,6 @@
 """The Python package `ckpt` against numpy, torch and safetensors: round trips,
 zero copy, lifetimes, the handle, the tools, errors, the CLI and threads.
-Expected values always come from numpy / torch / safetensors.
+Expected values always come from numpy / torch / safetensors, never from ckpt.
 
 Run: .venv/bin/python -m pytest tests/python -q
 """
@@ -49,12 +49,14 @@ def np_dtype(name):
 
 def random_array(dtype, shape, seed):
     """Every bit pattern of `dtype` (NaN payloads, subnormals...), reproducibly."""
-    dt = np_dtype(dtype)
-    rng = np.random.default_rng(seed)
+    dt, rng = np_dtype(dtype), np.random.default_rng(seed)
     if dt == np.bool_:
         return rng.integers(0, 2, size=shape).astype(bool)
-    raw = rng.integers(0, 256, size=math.prod(shape) * dt.itemsize, dtype=np.uint8)
-    return raw.view(dt).reshape(shape)
+    return rng.integers(0, 256, size=math.prod(shape) * dt.itemsize, dtype=np.uint8).view(dt).reshape(shape)
+
+
+def flat_state(dtype, seed=0):
+    return {name: random_array(dtype, shape, seed * 100 + i) for i, (name, shape) in enumerate(SHAPES.items())}
 
 
 def to_torch(value):
@@ -77,10 +79,6 @@ def raw_bytes(x):
     return np.ascontiguousarray(x).tobytes()
 
 
-def is_tensor(x):
-    return isinstance(x, (np.ndarray, torch.Tensor))
-
-
 def assert_tensor(got, expected, framework="numpy", where=""):
     name = str(expected.dtype).removeprefix("torch.") if isinstance(expected, torch.Tensor) else expected.dtype.name
     if framework == "torch":
@@ -94,7 +92,7 @@ def assert_tensor(got, expected, framework="numpy", where=""):
 def assert_same(got, expected, framework="numpy", where=""):
     """Exactly equal: tensors bit for bit, floats by their bits, tuples as
     lists, key order kept, bool never standing in for int."""
-    if is_tensor(expected):
+    if isinstance(expected, (np.ndarray, torch.Tensor)):
         assert_tensor(got, expected, framework, where)
     elif isinstance(expected, dict):
         assert isinstance(got, dict) and list(got) == list(expected), (where, got)
@@ -118,22 +116,16 @@ def float_bits(bits):
     return struct.unpack("<d", struct.pack("<Q", bits))[0]
 
 
-def flat_state(dtype, seed=0):
-    return {name: random_array(dtype, shape, seed * 100 + i) for i, (name, shape) in enumerate(SHAPES.items())}
-
-
 def value_state():
-    return {
-        "ints": [0, 1, -1, 2**31, 2**63 - 1, -2**63],
-        "floats": [0.0, -0.0, 1.5, 5e-324, 1.7976931348623157e308, math.inf, -math.inf, math.nan,
-                   float_bits(0xfff8000000000000), float_bits(0x7ff0000000000001), float_bits(0x7ff80000deadbeef)],
-        "bools": [True, False], "none": None,
-        "text": ["", "ascii", "ünïcödé 名前 🎉", "quote \" backslash \\ newline \n nul \x00"],
-        "blobs": [b"", bytes(range(256))],
-        "nested": [[[]], {}, [{}], (), [None, [1, [2.5, ["deep"]]]]],
-        "mixed_keys": {1: "one", "x": 2, -5: None, "名前": b"\x00"},
-        "tuple": (1, "two", (3.0,)),
-    }
+    return {"ints": [0, 1, -1, 2**31, 2**63 - 1, -2**63],
+            "floats": [0.0, -0.0, 1.5, 5e-324, 1.7976931348623157e308, math.inf, -math.inf, math.nan,
+                       float_bits(0xfff8000000000000), float_bits(0x7ff0000000000001), float_bits(0x7ff80000deadbeef)],
+            "bools": [True, False], "none": None,
+            "text": ["", "ascii", "ünïcödé 名前 🎉", "quote \" backslash \\ newline \n nul \x00"],
+            "blobs": [b"", bytes(range(256))],
+            "nested": [[[]], {}, [{}], (), [None, [1, [2.5, ["deep"]]]]],
+            "mixed_keys": {1: "one", "x": 2, -5: None, "名前": b"\x00"},
+            "tuple": (1, "two", (3.0,))}
 
 
 def tree_state():
@@ -152,7 +144,7 @@ def non_tensor_leaves(state, prefix=""):
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, (dict, list, tuple)):
             out.update(non_tensor_leaves(value, name))
-        elif not is_tensor(value):
+        elif not isinstance(value, (np.ndarray, torch.Tensor)):
             out[name] = value
     return out
 
@@ -168,8 +160,7 @@ def raw_safetensors_header(path):
 
 def zip_records(path):
     """{record name: (data offset, CRC-32)} read with zipfile + struct."""
-    data = pathlib.Path(path).read_bytes()
-    out = {}
+    data, out = pathlib.Path(path).read_bytes(), {}
     for info in zipfile.ZipFile(path).infolist():
         n, m = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
         out[info.filename] = (info.header_offset + 30 + n + m, info.CRC)
@@ -177,8 +168,7 @@ def zip_records(path):
 
 
 def mapped_regions(path):
-    target = os.path.realpath(path)
-    regions = []
+    target, regions = os.path.realpath(path), []
     for line in pathlib.Path("/proc/self/maps").read_text().splitlines():
         parts = line.split(maxsplit=5)
         if len(parts) == 6 and parts[5].removesuffix(" (deleted)") == target:
@@ -239,12 +229,13 @@ def test_reference_readers_read_what_ckpt_wrote(tmp_path, dtype, fmt):
         assert_same({k: loaded[k] for k in expected}, expected, "torch")
 
 
-@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "complex128"])
-def test_plain_safetensors_is_byte_identical_to_the_reference_writer(tmp_path, dtype):
-    state = to_torch(flat_state(dtype, seed=3))
-    safetensors.torch.save_file(state, str(tmp_path / "ref.safetensors"))
-    ckpt.save(tmp_path / "ckpt.safetensors", state, extras=False)
-    assert (tmp_path / "ckpt.safetensors").read_bytes() == (tmp_path / "ref.safetensors").read_bytes()
+@pytest.mark.parametrize("writer,dtype", [("safetensors", d) for d in DTYPES if d != "complex128"]
+                         + [("np.savez", d) for d in NUMPY_DTYPES])
+def test_plain_files_are_byte_identical_to_the_reference_writer(tmp_path, writer, dtype):
+    state = flat_state(dtype, seed=3)
+    write_with(writer, tmp_path / "ref", state)
+    ckpt.save(tmp_path / "ckpt", to_torch(state), format="npz" if writer == "np.savez" else writer, extras=False)
+    assert (tmp_path / "ckpt").read_bytes() == (tmp_path / "ref").read_bytes()
 
 
 WRITERS = ["safetensors", "torch.save", "np.savez", "np.savez_compressed"]
@@ -261,14 +252,9 @@ def test_files_from_reference_writers_load_bit_exact(tmp_path, writer, dtype):
 
 
 @pytest.mark.parametrize("writer,reader", [
-    ("ckpt:safetensors", "ckpt:numpy"),
-    ("ckpt:safetensors", "ckpt:torch"),
-    ("ckpt:torch", "ckpt:numpy"),
-    ("ckpt:torch", "ckpt:torch"),
-    ("ckpt:torch", "torch.load"),
-    ("torch.save", "ckpt:numpy"), ("torch.save", "ckpt:torch"),
-    ("ckpt:safetensors", "values-only"), ("ckpt:torch", "values-only"),
-])
+    ("ckpt:safetensors", "ckpt:numpy"), ("ckpt:safetensors", "ckpt:torch"), ("ckpt:torch", "ckpt:numpy"),
+    ("ckpt:torch", "ckpt:torch"), ("ckpt:torch", "torch.load"), ("torch.save", "ckpt:numpy"),
+    ("torch.save", "ckpt:torch"), ("ckpt:safetensors", "values-only"), ("ckpt:torch", "values-only")])
 def test_nested_state_round_trips(tmp_path, writer, reader):
     expected = value_state() if reader == "values-only" else tree_state()
     path = tmp_path / "tree.bin"
@@ -283,12 +269,17 @@ def test_nested_state_round_trips(tmp_path, writer, reader):
         assert_same(ckpt.load(path, framework=framework), expected, framework)
 
 
-@pytest.mark.parametrize("key", ["value", "key"])
-@pytest.mark.parametrize("number", [2**63, -2**63 - 1, 10**30])
-def test_integers_beyond_64_bits_are_refused(tmp_path, number, key):
-    with pytest.raises(ckpt.UnsupportedError, match="64 bits"):
-        ckpt.save(tmp_path / "big.safetensors", {"x": number} if key == "value" else {"x": {number: 1}})
-    assert not (tmp_path / "big.safetensors").exists()
+@pytest.mark.parametrize("state,path,match", [
+    ({"x": 2**63}, "a.safetensors", "64 bits"), ({"x": -2**63 - 1}, "a.pt", "64 bits"),
+    ({"x": {10**30: 1}}, "a.safetensors", "64 bits"), ({"x": {2**64: 1}}, "a.pt", "64 bits"),
+    *[({"w": random_array(d, (2,), 0)}, "a.npz", d) for d in ML_DTYPES],
+    ({"name": "str"}, "a.safetensors:plain", "'name'"), ({"l": [np.ones(1)]}, "a.safetensors:plain", "'l"),
+    ({"w": np.ones(1), "v": 1}, "a.npy", "one tensor")])
+def test_what_a_format_cannot_hold_is_refused(tmp_path, state, path, match):
+    path, _, plain = path.partition(":")
+    with pytest.raises(ckpt.UnsupportedError, match=match):
+        ckpt.save(tmp_path / path, state, extras=not plain)
+    assert not os.listdir(tmp_path)
 
 
 AWKWARD = {
@@ -316,16 +307,10 @@ def test_awkward_inputs_store_their_values(tmp_path, kind, fmt):
     assert_same(ckpt.load(tmp_path / f"a{EXT[fmt]}")["x"], expected)
 
 
-@pytest.mark.parametrize("dtype", ML_DTYPES)
-def test_npz_refuses_dtypes_numpy_lacks(tmp_path, dtype):
-    with pytest.raises(ckpt.UnsupportedError, match=dtype):
-        ckpt.save(tmp_path / "x.npz", {"w": random_array(dtype, (2,), 0)})
-
-
 @pytest.mark.parametrize("fmt,extras", [("safetensors", True), ("safetensors", False), ("torch", True),
                                         ("npz", True)])
 @pytest.mark.parametrize("metadata", [{"author": "me"}, {"k": "v", "ü": "名前", "empty": ""}])
-def test_metadata_round_trips(tmp_path, fmt, extras, metadata):
+def test_metadata_is_kept_or_refused_never_dropped(tmp_path, fmt, extras, metadata):
     path = tmp_path / f"m{EXT[fmt]}"
     try:
         ckpt.save(path, {"w": np.ones(2, np.float32)}, metadata=metadata, extras=extras)
@@ -337,7 +322,7 @@ def test_metadata_round_trips(tmp_path, fmt, extras, metadata):
     if fmt == "safetensors":
         with safetensors.safe_open(str(path), "np") as f:
             stored = f.metadata()
-        assert stored == metadata if not extras else {k: v for k, v in stored.items() if k != "ckpt"} == metadata
+        assert {k: v for k, v in stored.items() if k != "ckpt" or not extras} == metadata
 
 
 # ---------------------------------------------------------------- zero copy, memory, lifetimes
@@ -383,8 +368,7 @@ def test_torch_tensors_are_writable_and_never_write_the_file(big_file):
 
 
 def test_lazy_load_reads_nothing_until_touched(tmp_path):
-    path = tmp_path / "huge.safetensors"
-    n = 64 * 2**20  # float32: 256 MiB
+    path, n = tmp_path / "huge.safetensors", 64 * 2**20  # float32: 256 MiB
     header = json.dumps({"huge": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
     header += b" " * (-len(header) % 8)
     chunk = np.ones(4 * 2**20, dtype=np.float32).tobytes()
@@ -414,33 +398,22 @@ def test_lazy_false_detaches_from_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
-def test_arrays_outlive_their_handle(tmp_path, framework):
-    expected = flat_state("float64", seed=5)
-    path = tmp_path / "s.safetensors"
-    safetensors.numpy.save_file(expected, str(path))
-    f = ckpt.open(path, framework=framework)
-    array = f.get("matrix")
-    f.close()
-    del f
-    gc.collect()
-    assert_tensor(array, expected["matrix"], framework)
-
-
 @pytest.mark.parametrize("writer", ["safetensors", "torch.save", "np.savez"])
-def test_one_array_outlives_the_loaded_dict_and_the_file(tmp_path, writer):
-    expected = flat_state("int32", seed=6)
+def test_arrays_outlive_handle_dict_and_file(tmp_path, writer, framework):
+    expected = flat_state("float64", seed=5)
     path = write_with(writer, tmp_path / "s.bin", expected)
-    state = ckpt.load(path)
-    matrix = state["matrix"]
-    t = ckpt.load(path, framework="torch")["vector"]
-    del state
+    with ckpt.open(path, framework=framework) as f:
+        matrix = f.get("matrix")
+    state = ckpt.load(path, framework=framework)
+    vector = state["vector"]
+    del f, state
     gc.collect()
-    path.unlink()
-    assert_tensor(matrix, expected["matrix"])
-    assert_tensor(t, expected["vector"], "torch")
-    del matrix, t
+    path.unlink()  # and the file is gone
+    assert_tensor(matrix, expected["matrix"], framework)
+    assert_tensor(vector, expected["vector"], framework)
+    del matrix, vector
     gc.collect()
-    assert not mapped_regions(path)
+    assert not mapped_regions(path)  # the last array gone, the mapping goes
 
 
 # ---------------------------------------------------------------- torch workflow
@@ -448,12 +421,9 @@ def test_one_array_outlives_the_loaded_dict_and_the_file(tmp_path, writer):
 class Net(nn.Module):
     def __init__(self):
         super().__init__()
-        self.emb = nn.Embedding(50, 16)
-        self.proj = nn.Linear(16, 32)
+        self.emb, self.proj = nn.Embedding(50, 16), nn.Linear(16, 32)
         self.layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-        self.norm = nn.LayerNorm(32)
-        self.bn = nn.BatchNorm1d(32)
-        self.head = nn.Linear(32, 8, bias=False)
+        self.norm, self.bn, self.head = nn.LayerNorm(32), nn.BatchNorm1d(32), nn.Linear(32, 8, bias=False)
         self.register_buffer("scale", torch.linspace(0.5, 2, 8).to(torch.bfloat16))
 
     def forward(self, ids):
@@ -469,14 +439,9 @@ def trained_net(seed):
 
 
 @pytest.mark.parametrize("writer,ext,reader", [
-    ("ckpt", ".safetensors", "ckpt"),
-    ("ckpt", ".pt", "ckpt"),
-    ("ckpt-plain", ".safetensors", "safetensors"),
-    ("ckpt", ".safetensors", "safetensors"),
-    ("ckpt", ".pt", "torch.load"),
-    ("torch.save", ".pt", "ckpt"),
-    ("safetensors", ".safetensors", "ckpt"),
-])
+    ("ckpt", ".safetensors", "ckpt"), ("ckpt", ".pt", "ckpt"), ("ckpt-plain", ".safetensors", "safetensors"),
+    ("ckpt", ".safetensors", "safetensors"), ("ckpt", ".pt", "torch.load"), ("torch.save", ".pt", "ckpt"),
+    ("safetensors", ".safetensors", "ckpt")])
 def test_state_dict_round_trip_restores_the_model(tmp_path, writer, ext, reader):
     model = trained_net(0)
     path = tmp_path / f"model{ext}"
@@ -510,11 +475,10 @@ def test_training_checkpoint_resumes_identically(tmp_path, ext):
         model(torch.randint(0, 50, (4, 6), generator=torch.Generator().manual_seed(seed))).square().mean().backward()
         opt.step()
 
-    model, opt = make()
+    (model, opt), (model2, opt2) = make(), make()
     step(model, opt, 0)
     ckpt.save(tmp_path / f"run{ext}", {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 3})
     state = ckpt.load(tmp_path / f"run{ext}", framework="torch")
-    model2, opt2 = make()
     model2.load_state_dict(state["model"])
     opt2.load_state_dict(state["optimizer"])
     assert state["epoch"] == 3
@@ -551,8 +515,7 @@ def test_handle_reads_index_and_tensors(reference_file, framework):
             assert (info["offset"], info["nbytes"]) == (base + begin, end - begin)
             assert_tensor(f.get(name), array, framework, name)
             assert_tensor(f.get_tensor(name), array, framework, name)
-        assert repr(f).startswith("<ckpt.Checkpoint ")
-        assert not f.closed
+        assert repr(f).startswith("<ckpt.Checkpoint ") and not f.closed
     assert f.closed
 
 
@@ -566,8 +529,7 @@ def test_handle_values_and_tree(tmp_path):
         assert_same(f.values(), non_tensor_leaves(tree_state()))
 
 
-@pytest.mark.parametrize("use", ["keys", "get", "info", "metadata", "values", "tree", "value", "iter",
-                                 "len", "in"])
+@pytest.mark.parametrize("use", ["keys", "get", "info", "metadata", "values", "tree", "value", "iter", "len", "in"])
 def test_closed_handle_refuses_use(reference_file, use):
     f = ckpt.open(reference_file[0])
     f.close()
@@ -614,23 +576,6 @@ def inspect_state():
             "epoch": 4, "lr": 0.5, "loss": math.nan, "name": "run-名", "rng": b"\x01\xfe", "done": False, "none": None}
 
 
-def test_inspect_describes_the_file(tmp_path):
-    path = tmp_path / "s.pt"
-    torch.save(to_torch(inspect_state()), path)
-    info = ckpt.inspect(path)
-    records = zip_records(path)
-    tensors = inspect_state()["model"]
-    assert (info["path"], info["format"], info["format_version"], info["checksum"]) == (str(path), "torch", 0, "crc32")
-    assert [t["name"] for t in info["tensors"]] == ["model.w", "model.b", "model.step"]
-    for i, t in enumerate(info["tensors"]):
-        array = tensors[t["name"].removeprefix("model.")]
-        offset, crc = records[f"s/data/{i}"]
-        assert (t["dtype"], t["shape"], t["nbytes"]) == (array.dtype.name, list(array.shape), array.nbytes)
-        assert (t["offset"], t["checksum"]) == (offset, f"{crc:08x}")
-    assert_same(info["values"], non_tensor_leaves(inspect_state()))
-    assert info["metadata"] == {} and info["total_nbytes"] == sum(a.nbytes for a in tensors.values())
-
-
 def json_value(value):
     if isinstance(value, bytes):
         return {"bytes_base64": base64.b64encode(value).decode()}
@@ -639,11 +584,19 @@ def json_value(value):
     return value
 
 
-def test_inspect_agrees_with_the_cli_json(tmp_path):
+def test_inspect_describes_the_file_as_the_cli_does(tmp_path):
     path = tmp_path / "s.pt"
     torch.save(to_torch(inspect_state()), path)
+    info, records, tensors = ckpt.inspect(path), zip_records(path), inspect_state()["model"]
+    assert (info["path"], info["format"], info["format_version"], info["checksum"]) == (str(path), "torch", 0, "crc32")
+    assert [t["name"] for t in info["tensors"]] == ["model.w", "model.b", "model.step"]
+    for i, t in enumerate(info["tensors"]):
+        array, (offset, crc) = tensors[t["name"].removeprefix("model.")], records[f"s/data/{i}"]
+        assert (t["dtype"], t["shape"], t["nbytes"]) == (array.dtype.name, list(array.shape), array.nbytes)
+        assert (t["offset"], t["checksum"]) == (offset, f"{crc:08x}")
+    assert_same(info["values"], non_tensor_leaves(inspect_state()))
+    assert info["metadata"] == {} and info["total_nbytes"] == sum(a.nbytes for a in tensors.values())
     cli = json.loads(subprocess.run([CLI, "inspect", str(path), "--json"], capture_output=True, check=True).stdout)
-    info = ckpt.inspect(path)
     info["values"] = {k: json_value(v) for k, v in info["values"].items()}
     info["tensors"] = [{k: v for k, v in t.items() if k != "checksum"} for t in info["tensors"]]
     assert info == cli
@@ -651,8 +604,7 @@ def test_inspect_agrees_with_the_cli_json(tmp_path):
 
 @pytest.mark.parametrize("checksum", ["xxh3", "crc32c", "none", "torch.save"])
 def test_verify_passes_an_intact_file(tmp_path, checksum):
-    state = flat_state("float32", seed=2)
-    path = tmp_path / "s.safetensors"
+    state, path = flat_state("float32", seed=2), tmp_path / "s.safetensors"
     if checksum == "torch.save":
         write_with("torch.save", path, state)
     else:
@@ -663,7 +615,7 @@ def test_verify_passes_an_intact_file(tmp_path, checksum):
 
 
 @pytest.mark.parametrize("how", ["verify", "load", "open"])
-@pytest.mark.parametrize("writer", [("ckpt.save"), "torch.save"])
+@pytest.mark.parametrize("writer", ["ckpt.save", "torch.save"])
 def test_a_flipped_data_byte_is_named(tmp_path, writer, how):
     path = tmp_path / "s.bin"
     state = {"a": np.zeros(64, np.float32), "target": np.arange(64, dtype=np.float32)}
@@ -695,8 +647,8 @@ def test_diff(tmp_path):
     del b["old"]
     torch.save(to_torch(b), tmp_path / "b.pt")
     result = ckpt.diff(tmp_path / "a.safetensors", tmp_path / "b.pt")
-    assert result["identical"] is False and (result["a"], result["b"]) == (str(tmp_path / "a.safetensors"),
-                                                                          str(tmp_path / "b.pt"))
+    assert result["identical"] is False
+    assert (result["a"], result["b"]) == (str(tmp_path / "a.safetensors"), str(tmp_path / "b.pt"))
     assert result["only_in_a"] == ["old"] and result["only_in_b"] == ["new"]
     assert [(d["name"], d["differing_elements"], d["numel"], d["max_abs_diff"])
             for d in result["value_differences"]] == [("w", 1, 6, 0.25)]
@@ -718,10 +670,8 @@ def test_formats():
 
 # ---------------------------------------------------------------- errors
 
-MISSING_CALLS = {
-    "load": ckpt.load, "open": ckpt.open, "inspect": ckpt.inspect, "verify": ckpt.verify,
-    "convert": lambda p: ckpt.convert(p, p.with_name("out.pt")), "diff": lambda p: ckpt.diff(p, p),
-}
+MISSING_CALLS = {"load": ckpt.load, "open": ckpt.open, "inspect": ckpt.inspect, "verify": ckpt.verify,
+                 "convert": lambda p: ckpt.convert(p, p.with_name("out.pt")), "diff": lambda p: ckpt.diff(p, p)}
 
 
 @pytest.mark.parametrize("call", list(MISSING_CALLS))
@@ -735,13 +685,12 @@ def test_missing_file_raises_file_not_found(tmp_path, call):
 
 def truncated(tmp_path, writer, keep):
     path = write_with(writer, tmp_path / "t.bin", {"w": np.arange(4096, dtype=np.float32), "v": np.ones(8, np.int8)})
-    data = path.read_bytes()
-    path.write_bytes(data[:int(len(data) * keep)])
+    path.write_bytes(path.read_bytes()[:int(path.stat().st_size * keep)])
     return path
 
 
 @pytest.mark.parametrize("keep", [0.002, 0.5, 0.99])
-@pytest.mark.parametrize("writer", ["safetensors", "torch.save", "np.savez", "np.savez_compressed"])
+@pytest.mark.parametrize("writer", WRITERS)
 def test_truncated_file_is_corrupt(tmp_path, writer, keep):
     path = truncated(tmp_path, writer, keep)
     for call in (ckpt.load, ckpt.inspect, ckpt.verify):
@@ -755,8 +704,6 @@ def test_unsupported_requests_raise_unsupported_and_leave_the_old_file(tmp_path)
     path = tmp_path / "s.safetensors"
     ckpt.save(path, {"step": 1})
     before = path.read_bytes()
-    with pytest.raises(ckpt.UnsupportedError, match="'name'"):
-        ckpt.save(path, {"name": "str"}, format="safetensors", extras=False)
     with pytest.raises(ckpt.UnsupportedError, match="bogus"):
         ckpt.save(path, {"step": 2}, format="bogus")
     with pytest.raises(ckpt.UnsupportedError, match="md5"):
@@ -786,36 +733,29 @@ def test_torch_file_with_forbidden_global_is_refused_and_not_run(tmp_path):
 
 
 @pytest.mark.parametrize("state,name", [
-    ({"model": {"layers": [1, object()]}}, "'model.layers.1'"),
-    ({"opt": {"s": {1, 2}}}, "'opt.s'"),
-    ({"model": {1.5: 1}}, "'model.1.5'"),
-    ({"model": {True: 1}}, "'model.True'"),
-    ({"w": np.array(["a", "b"])}, "'w'"),
-    ({"w": np.array([None])}, "'w'"),
-    ({"w": torch.zeros(2, dtype=torch.complex32)}, "'w'"),
-])
+    ({"model": {"layers": [1, object()]}}, "'model.layers.1'"), ({"opt": {"s": {1, 2}}}, "'opt.s'"),
+    ({"model": {1.5: 1}}, "'model.1.5'"), ({"model": {True: 1}}, "'model.True'"),
+    ({"w": np.array(["a", "b"])}, "'w'"), ({"w": np.array([None])}, "'w'"),
+    ({"w": torch.zeros(2, dtype=torch.complex32)}, "'w'")])
 def test_unstorable_values_raise_type_error_naming_the_key(tmp_path, state, name):
     with pytest.raises(TypeError, match=name.replace(".", r"\.")):
         ckpt.save(tmp_path / "x.safetensors", state)
     assert not (tmp_path / "x.safetensors").exists()
 
 
-def test_exception_hierarchy():
+def test_exception_types_and_bad_arguments(tmp_path):
     for cls in (ckpt.CorruptCheckpointError, ckpt.UnsupportedError, ckpt.MismatchError):
         assert issubclass(cls, ckpt.CheckpointError) and issubclass(cls, ValueError)
-    assert issubclass(ckpt.CheckpointError, Exception) and not issubclass(ckpt.CheckpointError, ValueError)
-
-
-def test_bad_arguments(tmp_path):
+    assert not issubclass(ckpt.CheckpointError, ValueError)
     ckpt.save(tmp_path / "s.safetensors", {"step": 1})
     with pytest.raises(ValueError, match="framework"):
         ckpt.load(tmp_path / "s.safetensors", framework="jax")
     with pytest.raises(TypeError, match="metadata"):
         ckpt.save(tmp_path / "m.safetensors", {"step": 1}, metadata={"k": 1})
-    lst = []
-    lst.append(lst)
+    cycle = []
+    cycle.append(cycle)
     with pytest.raises(ValueError, match="cycle"):
-        ckpt.save(tmp_path / "c.safetensors", {"a": lst})
+        ckpt.save(tmp_path / "c.safetensors", {"a": cycle})
 
 
 # ---------------------------------------------------------------- the command line
@@ -871,6 +811,27 @@ def test_concurrent_saves_and_loads(tmp_path):
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         assert sorted(pool.map(work, range(48))) == list(range(48))
+    assert gc.isenabled()  # save/load pause the collector; the last one out turns it back on
+
+
+FIRST_USE = """
+import sys, threading
+import ckpt
+start, states = threading.Barrier(8), []
+def work():
+    start.wait()
+    states.append(ckpt.load(sys.argv[1]))
+threads = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in threads], [t.join() for t in threads]
+print(sorted(str(s[k].dtype) for s in states for k in s) == ["bfloat16"] * 8 + ["float32"] * 8)
+"""
+
+
+def test_concurrent_first_use_in_a_fresh_process(tmp_path):
+    path = tmp_path / "s.safetensors"
+    safetensors.torch.save_file({"w": torch.tensor([1.0, 2.0]), "b": torch.ones(3, dtype=torch.bfloat16)}, str(path))
+    result = subprocess.run([sys.executable, "-c", FIRST_USE, str(path)], capture_output=True, text=True, timeout=10)
+    assert result.stdout == "True\n", result.stderr
 
 
 # ---------------------------------------------------------------- documentation
