@@ -6,6 +6,12 @@ ASAN_BUILD := build-asan
 PYTHON     := .venv/bin/python
 JOBS       ?= $(shell nproc)
 
+# One compiler name for every build: ccache keys on it, and with the same
+# name the Python package's build (pip, below) gets make build's objects from
+# the cache instead of compiling the library again. (Make's own defaults.)
+export CC  ?= cc
+export CXX ?= g++
+
 .PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch bench-python python clean
 
 all: build

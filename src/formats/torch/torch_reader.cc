@@ -418,9 +418,9 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
     if (all.size() - position < 8) {
       throw Error(ErrorCode::kCorrupt, "file ends before storage '" + ref.key + "'", {.offset = position});
     }
-    uint64_t count = 0;
-    for (int i = big_endian ? 0 : 7; big_endian ? i < 8 : i >= 0; big_endian ? ++i : --i) {
-      count = count << 8 | static_cast<uint8_t>(all[position + static_cast<size_t>(i)]);
+    uint64_t count = 0;  // in the file's byte order
+    for (size_t k = 0; k < 8; ++k) {
+      count = count << 8 | static_cast<uint8_t>(all[position + (big_endian ? k : 7 - k)]);
     }
     const uint64_t element_size = ref.dtype ? dtype_size(*ref.dtype) : 1;
     uint64_t nbytes = 0;
