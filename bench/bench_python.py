@@ -17,19 +17,15 @@ Prints ratios (peer time / ckpt time). Never part of pass/fail.
     .venv/bin/python bench/bench_python.py [--repeats N] [--gib X] [--bench build/ckpt_bench]
 """
 
-import argparse
 import json
 import os
-import pathlib
-import shutil
 import subprocess
-import tempfile
 
 import safetensors.torch
 import torch
 
 import ckpt
-from bench_common import best, state
+from bench_common import best, run
 
 
 def touch(state):
@@ -96,20 +92,9 @@ def measure(label, sd, directory, bench, repeats):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--gib", type=float, default=1.0)
-    root = pathlib.Path(__file__).resolve().parents[1]
-    parser.add_argument("--bench", default=str(root / "build" / "ckpt_bench"))
-    args = parser.parse_args()
-    directory = pathlib.Path(tempfile.mkdtemp(prefix="ckpt-bench-python-"))
-    print(f"ckpt {ckpt.__version__} from {ckpt.__file__}; torch {torch.__version__}; safetensors"
-          f" {safetensors.__version__}; ratios are peer time / ckpt time (higher: ckpt faster)")
-    try:
-        measure("large", state(100, int(args.gib * 2**30 / 100 / 4)), directory, args.bench, args.repeats)
-        measure("many", state(10000, 2560), directory, args.bench, args.repeats)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    run(measure, lambda d: f"ckpt {ckpt.__version__} from {ckpt.__file__}; torch {torch.__version__}; safetensors"
+                           f" {safetensors.__version__}; ratios are peer time / ckpt time (higher: ckpt faster)",
+        "ckpt-bench-python-")
 
 
 if __name__ == "__main__":

@@ -14,17 +14,13 @@ of pass/fail.
     .venv/bin/python bench/bench_torch.py [--repeats N] [--gib X] [--bench build/ckpt_bench]
 """
 
-import argparse
 import json
 import os
-import pathlib
-import shutil
 import subprocess
-import tempfile
 
 import torch
 
-from bench_common import best, state
+from bench_common import best, run
 
 
 def measure(label, sd, directory, bench, repeats):
@@ -60,23 +56,9 @@ def measure(label, sd, directory, bench, repeats):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--gib", type=float, default=1.0)
-    root = pathlib.Path(__file__).resolve().parents[1]
-    parser.add_argument("--bench", default=str(root / "build" / "ckpt_bench"))
-    parser.add_argument("--dir", default=None)
-    args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    directory = pathlib.Path(args.dir or tempfile.mkdtemp(prefix="ckpt-bench-torch-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    print(f"torch {torch.__version__}; ratios are torch time / ckpt time (higher: ckpt faster); files in {directory}")
-    try:
-        measure("large", state(100, int(args.gib * 2**30 / 100 / 4)), directory, args.bench, args.repeats)
-        measure("many", state(10000, 2560), directory, args.bench, args.repeats)
-    finally:
-        if args.dir is None:
-            shutil.rmtree(directory, ignore_errors=True)
+    run(measure, lambda d: f"torch {torch.__version__}; ratios are torch time / ckpt time (higher: ckpt faster);"
+                           f" files in {d}", "ckpt-bench-torch-")
 
 
 if __name__ == "__main__":
