@@ -250,6 +250,40 @@ uint64_t storage_nbytes(const StorageRef& storage) {
   return nbytes;
 }
 
+// The tree a pickle describes, with every tensor made by `maker`, and its
+// entries in tree order: name, dtype, shape, size, the file offset of a
+// contiguous tensor's first byte (where its storage lies in the file as is)
+// and the storage record's checksum.
+Contents contents_of(const Pickle& pickle, size_t pickle_size, TensorMaker& maker, ChecksumKind checksum) {
+  std::vector<uint32_t> order;  // tensor index of each leaf, in tree order
+  auto tensor_of = [&](uint32_t index) {
+    order.push_back(index);
+    return maker(index);
+  };
+  Tree tree = pickle_to_tree(pickle, pickle_size, tensor_of);
+  Contents contents;
+  contents.format = "torch";
+  contents.checksum = checksum;
+  std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
+  contents.entries.reserve(leaves.size());
+  for (size_t i = 0; i < leaves.size() && i < order.size(); ++i) {
+    const Tensor& tensor = leaves[i].value->tensor();
+    const TensorRef& ref = pickle.tensors[order[i]];
+    const StorageBytes& storage = maker.storage_of(order[i]);
+    const bool contiguous = detail::is_contiguous(ref.shape, ref.strides);
+    contents.entries.push_back({.name = std::move(leaves[i].name),
+                                .dtype = tensor.dtype(),
+                                .shape = tensor.shape(),
+                                .offset = contiguous && storage.file_offset != 0 && tensor.nbytes() != 0
+                                              ? storage.file_offset + ref.offset * dtype_size(ref.dtype)
+                                              : 0,
+                                .nbytes = tensor.nbytes(),
+                                .checksum = storage.checksum});
+  }
+  contents.tree = std::move(tree);
+  return contents;
+}
+
 std::string record_text(const zip_detail::ZipReader& zip, const zip_detail::ZipEntry& entry) {
   const Buffer bytes = zip.read(entry);
   std::string text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -334,36 +368,10 @@ Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOpti
                         .checksum = hex8(entry->crc32)};
   };
   TensorMaker maker(pickle, big_endian, load);
-  std::vector<uint32_t> order;  // tensor index of each leaf, in tree order
-  auto tensor_of = [&](uint32_t index) {
-    order.push_back(index);
-    return maker(index);
-  };
-  Tree tree = pickle_to_tree(pickle, pickle_bytes.size(), tensor_of);
-
-  Contents contents;
-  contents.format = "torch";
-  contents.checksum = ChecksumKind::kCrc32;
-  std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
-  contents.entries.reserve(leaves.size());
-  for (size_t i = 0; i < leaves.size() && i < order.size(); ++i) {
-    const Tensor& tensor = leaves[i].value->tensor();
-    const TensorRef& ref = pickle.tensors[order[i]];
-    const StorageBytes& storage = maker.storage_of(order[i]);
-    const bool contiguous = detail::is_contiguous(ref.shape, ref.strides);
-    contents.entries.push_back({.name = std::move(leaves[i].name),
-                                .dtype = tensor.dtype(),
-                                .shape = tensor.shape(),
-                                .offset = contiguous && storage.file_offset != 0 && tensor.nbytes() != 0
-                                              ? storage.file_offset + ref.offset * dtype_size(ref.dtype)
-                                              : 0,
-                                .nbytes = tensor.nbytes(),
-                                .checksum = storage.checksum});
-  }
+  Contents contents = contents_of(pickle, pickle_bytes.size(), maker, ChecksumKind::kCrc32);
   if (const zip_detail::ZipEntry* record = zip.find(prefix + std::string(kMetadataRecord))) {
     contents.metadata = read_metadata(zip, *record);
   }
-  contents.tree = std::move(tree);
   return contents;
 }
 
@@ -431,7 +439,8 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
                       std::to_string(ref.numel) + " are declared, or runs past the end of the file",
                   {.offset = position});
     }
-    storages[found->second] = {.bytes = file->slice(position + 8, nbytes), .file_offset = position + 8};
+    // A byte-swapped storage is not the file's bytes: no offset to report.
+    storages[found->second] = {.bytes = file->slice(position + 8, nbytes), .file_offset = big_endian ? 0 : position + 8};
     seen[found->second] = true;
     position += 8 + nbytes;
   }
@@ -444,30 +453,7 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
     return storages[index];
   };
   TensorMaker maker(pickle, big_endian, load);
-  std::vector<uint32_t> order;
-  auto tensor_of = [&](uint32_t index) {
-    order.push_back(index);
-    return maker(index);
-  };
-  Tree tree = pickle_to_tree(pickle, object_size, tensor_of);
-
-  Contents contents;
-  contents.format = "torch";
-  const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
-  for (size_t i = 0; i < leaves.size() && i < order.size(); ++i) {
-    const Tensor& tensor = leaves[i].value->tensor();
-    const TensorRef& ref = pickle.tensors[order[i]];
-    const bool contiguous = detail::is_contiguous(ref.shape, ref.strides);
-    contents.entries.push_back({.name = leaves[i].name,
-                                .dtype = tensor.dtype(),
-                                .shape = tensor.shape(),
-                                .offset = contiguous && tensor.nbytes() != 0 && !big_endian
-                                              ? maker.storage_of(order[i]).file_offset + ref.offset * dtype_size(ref.dtype)
-                                              : 0,
-                                .nbytes = tensor.nbytes()});
-  }
-  contents.tree = std::move(tree);
-  return contents;
+  return contents_of(pickle, object_size, maker, ChecksumKind::kNone);
 }
 
 }  // namespace
