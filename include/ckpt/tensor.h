@@ -31,6 +31,10 @@ class Tensor {
   // Uninitialized heap memory.
   static Tensor empty(DType dtype, Shape shape);
   static Tensor zeros(DType dtype, Shape shape);
+  // A tensor with a dtype and a shape but no data: a restore target that says
+  // what a leaf must look like (jax.ShapeDtypeStruct, a torch meta tensor).
+  // Asking for its bytes throws Error{kInvalidArgument}.
+  static Tensor spec(DType dtype, Shape shape);
   // A heap copy of `bytes` (whose size must match).
   static Tensor from_bytes(DType dtype, Shape shape, std::span<const std::byte> bytes);
   // Convenience for tests and examples: a tensor holding `values`.
@@ -44,6 +48,8 @@ class Tensor {
   size_t ndim() const noexcept { return shape_.size(); }
   uint64_t numel() const noexcept;
   size_t nbytes() const noexcept { return buffer_.size(); }
+  // False for a spec() tensor.
+  bool has_data() const noexcept;
 
   const Buffer& buffer() const noexcept { return buffer_; }
   // The bytes (a deferred view materializes here).
@@ -66,7 +72,10 @@ class Tensor {
 
   // Same dtype, same shape, same bytes.
   bool equals(const Tensor& other) const;
-  // True if both tensors view the same bytes of one storage (tied weights).
+  // True if both tensors view the same bytes (tied weights): the same
+  // address and size, whichever storages own them (two torch tensors lent
+  // from one torch storage count), or the same not yet materialized view.
+  // Tensors of no bytes never do.
   bool same_memory(const Tensor& other) const noexcept;
 
  private:

@@ -13,6 +13,7 @@ while they live.
     state = ckpt.load("model.safetensors", framework="torch")
     with ckpt.open("model.pt") as f:
         w = f.get("encoder.layers.0.weight")
+    report = ckpt.restore(model, "old.pt", strict=False)   # fills the model, reports the rest
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from . import _ckpt
 from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, UnsupportedError
+from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 
 __all__ = [
     "save", "load", "open", "convert", "inspect", "verify", "diff", "formats", "Checkpoint",
+    "restore", "RestoreReport", "field", "KEEP", "TensorSpec",
     "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
 ]
 __version__ = _ckpt.__version__
@@ -60,8 +63,10 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     """Write ``state`` to ``path`` atomically (temporary name, fsync, rename).
 
     ``state`` is any nest of dicts (str or int keys), lists and tuples of numpy
-    arrays, torch tensors (CPU or not: copied to the CPU), Python ints, floats,
-    bools, strings, bytes and None. Arrays and contiguous CPU tensors are
+    arrays, torch tensors (CPU or not: copied to the CPU), jax arrays, Python
+    ints, floats, bools, strings, bytes and None; dataclasses (flax.struct
+    ones such as a TrainState too) and NamedTuples are stored as dicts by
+    field name, as Flax stores them. Arrays and contiguous CPU tensors are
     written straight from their memory. ``format`` is a format id
     ("safetensors", "torch", "npz", "npy"); by default the extension decides
     (safetensors when it names no format). ``metadata`` is stored beside the
@@ -75,12 +80,17 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     untouched on failure.
     """
     with _no_gc():
-        _ckpt.save(_path(path), state, format or "", None if metadata is None else dict(metadata), extras, checksum,
-                   fsync, threads)
+        try:
+            _ckpt.save(_path(path), state, format or "", None if metadata is None else dict(metadata), extras,
+                       checksum, fsync, threads)
+        except TypeError:
+            nest = to_nest(state)  # dataclasses, NamedTuples: plain dicts and lists, then try again
+            _ckpt.save(_path(path), nest, format or "", None if metadata is None else dict(metadata), extras,
+                       checksum, fsync, threads)
 
 
 def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,
-         threads: int = 0) -> Any:
+         threads: int = 0, rename: Any = None) -> Any:
     """Read the whole state of ``path`` (any format ckpt reads, detected by content).
 
     Tensors come back as numpy arrays (``framework="numpy"``; bfloat16 and
@@ -89,11 +99,15 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     are read when touched; numpy arrays are read-only, torch tensors writable
     (copy on write, the file never changes). ``lazy=False`` reads everything
     into memory first (parallel reads), detached from the file. ``verify``
-    checks every stored checksum first.
+    checks every stored checksum first. ``rename`` renames and drops entries
+    (see ``ckpt.restore``; ``{"old.prefix": "new.prefix"}`` or a list of
+    steps); two entries renamed to one raise ValueError.
 
     Raises FileNotFoundError, CorruptCheckpointError, UnsupportedError.
     """
     with _no_gc():
+        if rename is not None:
+            return _ckpt.load_renamed(_path(path), rename_steps(rename), framework, lazy, verify, threads)
         return _ckpt.load(_path(path), framework, lazy, verify, threads)
 
 
@@ -176,11 +190,15 @@ def open(path: PathLike, *, framework: Framework = "numpy", verify: bool = False
     return Checkpoint(path, framework, verify)
 
 
-def convert(src: PathLike, dst: PathLike, to: Optional[str] = None, *, extras: bool = True) -> str:
+def convert(src: PathLike, dst: PathLike, to: Optional[str] = None, *, extras: bool = True,
+            rename: Any = None) -> str:
     """Read ``src`` and write it to ``dst`` (format ``to``, else from ``dst``'s
-    extension), tensors bit-exact; user metadata travels along. Returns the
-    format written. Raises UnsupportedError where the target cannot hold
-    something (the CLI's ``--drop-unsupported`` is not offered here)."""
+    extension), tensors bit-exact; user metadata travels along. ``rename``
+    renames and drops entries on the way (as in ``load``). Returns the format
+    written. Raises UnsupportedError where the target cannot hold something
+    (the CLI's ``--drop-unsupported`` is not offered here)."""
+    if rename is not None:
+        return _ckpt.convert_renamed(_path(src), _path(dst), to or "", extras, rename_steps(rename))
     return _ckpt.convert(_path(src), _path(dst), to or "", extras)
 
 

@@ -26,6 +26,7 @@
 #include "ckpt/registry.h"
 #include "core/checksum.h"
 #include "../../tools/ckpt/commands.h"
+#include "restore_bindings.h"
 #include "values.h"
 
 namespace py = pybind11;
@@ -344,6 +345,8 @@ PYBIND11_MODULE(_ckpt, m) {
         return ckpt::tool::cli_main(static_cast<int>(copies.size()), pointers.data());
       },
       py::arg("argv"));
+
+  bind_restore(m);
 
 #ifdef CKPT_VERSION
   m.attr("__version__") = CKPT_VERSION;

@@ -137,7 +137,24 @@ py::object tensor_out(const Tensor& tensor, Framework framework) {
   return result;
 }
 
-py::object value_out_at(const Tree& tree, Framework framework, size_t depth) {
+// Tensors already converted, by address: tied weights (leaves viewing the
+// same bytes) come out as one Python object, so they stay tied.
+using Converted = std::unordered_map<const std::byte*, std::pair<Tensor, py::object>>;
+
+py::object tensor_out_once(const Tensor& tensor, Framework framework, Converted& converted) {
+  const std::byte* address = tensor.buffer().address();
+  if (address == nullptr || tensor.nbytes() == 0) return tensor_out(tensor, framework);
+  const auto found = converted.find(address);
+  if (found != converted.end() && found->second.first.same_memory(tensor) &&
+      found->second.first.dtype() == tensor.dtype() && found->second.first.shape() == tensor.shape()) {
+    return found->second.second;
+  }
+  py::object result = tensor_out(tensor, framework);
+  converted.insert_or_assign(address, std::make_pair(tensor, result));
+  return result;
+}
+
+py::object value_out_at(const Tree& tree, Framework framework, size_t depth, Converted& converted) {
   switch (tree.kind()) {
     case Tree::Kind::kNone: return py::none();
     case Tree::Kind::kBool: return py::bool_(tree.boolean());
@@ -150,11 +167,11 @@ py::object value_out_at(const Tree& tree, Framework framework, size_t depth) {
       return py::reinterpret_steal<py::object>(str);
     }
     case Tree::Kind::kBytes: return py::bytes(tree.bytes().data);
-    case Tree::Kind::kTensor: return tensor_out(tree.tensor(), framework);
+    case Tree::Kind::kTensor: return tensor_out_once(tree.tensor(), framework, converted);
     case Tree::Kind::kList: {
       py::list list(tree.size());
       size_t i = 0;
-      for (const TreeEntry& entry : tree.entries()) list[i++] = value_out_at(entry.value, framework, depth + 1);
+      for (const TreeEntry& entry : tree.entries()) list[i++] = value_out_at(entry.value, framework, depth + 1, converted);
       return list;
     }
     case Tree::Kind::kMap: {
@@ -166,7 +183,7 @@ py::object value_out_at(const Tree& tree, Framework framework, size_t depth) {
         } else {
           key = py::int_(std::get<int64_t>(entry.key));
         }
-        dict[key] = value_out_at(entry.value, framework, depth + 1);
+        dict[key] = value_out_at(entry.value, framework, depth + 1, converted);
       }
       return dict;
     }
@@ -174,7 +191,10 @@ py::object value_out_at(const Tree& tree, Framework framework, size_t depth) {
   return py::none();
 }
 
-py::object value_out(const Tree& tree, Framework framework) { return value_out_at(tree, framework, 0); }
+py::object value_out(const Tree& tree, Framework framework) {
+  Converted converted;
+  return value_out_at(tree, framework, 0, converted);
+}
 
 // ---------------------------------------------------------------- values in
 
@@ -320,6 +340,15 @@ Tree value_in(py::handle value, const std::string& name, size_t depth) {
   if (torch_loaded()) {
     Frameworks& f = torch_handles();
     if (py::isinstance(value, f.torch_tensor_type)) return Tree(tensor_from_torch(value, name));
+  }
+  // A restore target's spec leaf (ckpt.TensorSpec): a dtype and a shape.
+  if (py::hasattr(value, "__ckpt_spec__")) {
+    const std::string dtype_text = py::str(value.attr("dtype"));
+    const std::optional<DType> dtype = dtype_from_name(dtype_text);
+    if (!dtype) type_error(name, value, "unknown dtype '" + dtype_text + "'");
+    Shape shape;
+    for (py::handle size : py::iter(value.attr("shape"))) shape.push_back(size.cast<int64_t>());
+    return Tree(Tensor::spec(*dtype, std::move(shape)));
   }
   // numpy scalars (np.float32(1.5)) and anything else with __array__.
   if (py::hasattr(value, "__array__") || py::hasattr(value, "dtype")) {

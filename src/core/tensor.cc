@@ -94,9 +94,40 @@ bool Tensor::equals(const Tensor& other) const {
 }
 
 bool Tensor::same_memory(const Tensor& other) const noexcept {
+  if (nbytes() == 0 || nbytes() != other.nbytes() || !has_data() || !other.has_data()) return false;
+  if (buffer_.address() != nullptr) return buffer_.address() == other.buffer_.address();
   return buffer_.storage() != nullptr && buffer_.storage() == other.buffer_.storage() &&
-         buffer_.address() == other.buffer_.address() && nbytes() == other.nbytes();
+         other.buffer_.address() == nullptr;
 }
+
+namespace {
+
+// The storage of a spec tensor: it has no bytes to give.
+class SpecStorage final : public Storage {
+ public:
+  StorageKind kind() const override { return StorageKind::kDeferred; }
+  void copy_out(const std::byte*, std::span<std::byte>) const override { fail(); }
+  const std::byte* materialize() const override { fail(); }
+
+ private:
+  [[noreturn]] static void fail() {
+    throw Error(ErrorCode::kInvalidArgument, "a tensor spec (dtype and shape only) has no data");
+  }
+};
+
+const std::shared_ptr<const Storage>& spec_storage() {
+  static const std::shared_ptr<const Storage> storage = std::make_shared<SpecStorage>();
+  return storage;
+}
+
+}  // namespace
+
+Tensor Tensor::spec(DType dtype, Shape shape) {
+  const size_t size = byte_size(dtype, shape);
+  return Tensor(dtype, std::move(shape), size == 0 ? Buffer() : Buffer::deferred(spec_storage(), size));
+}
+
+bool Tensor::has_data() const noexcept { return buffer_.storage() != spec_storage(); }
 
 void Tensor::check_access(size_t element_size, size_t alignment) const {
   if (element_size != dtype_size(dtype_)) {

@@ -20,7 +20,8 @@
 //                   digits of the IEEE-754 bits ("nan:fff8000000000000")
 //   string          a JSON string (the leaf must be valid UTF-8)
 //   bytes           {"bytes": "<standard base64 with '=' padding>"}
-//   tensor          {"tensor": "<stored name>"}
+//   tensor          {"tensor": "<stored name>"}; the format resolves the name
+//                   (safetensors: a stored tensor, or an alias of one)
 //   list            [node, node, ...]
 //   map             {"map": [[key, node], ...]} in map order; a key is a JSON
 //                   string (string key) or a JSON integer (integer key)

@@ -282,9 +282,79 @@ TEST_F(SafetensorsMalformedTest, CkptMetadataMalformed) {
 }
 
 TEST_F(SafetensorsMalformedTest, CkptMetadataFromTheFuture) {
-  expect_error(ckpt_file(R"({"version":2,"tree":{"map":[["w",{"tensor":"w"}]]}})"), ErrorCode::kUnsupported);
+  expect_error(ckpt_file(R"({"version":3,"tree":{"map":[["w",{"tensor":"w"}]]}})"), ErrorCode::kUnsupported);
   expect_error(ckpt_file(R"({"version":1,"tree":{"map":[["w",{"tensor":"w"}]]},"checksum":"sha9","checksums":{}})"),
                ErrorCode::kUnsupported);
+}
+
+// ---- ckpt's extras: aliases (tied tensors) ----
+
+// A version-2 document whose tree is `tree` (a skeleton of "w" = "x" and any
+// aliases) and whose remaining fields are `rest` (starting with a comma).
+std::string alias_document(std::string_view tree, std::string_view rest, int version = 2) {
+  return R"({"version":)" + std::to_string(version) + R"(,"tree":{"map":[)" + std::string(tree) + "]}" +
+         std::string(rest) + "}";
+}
+
+constexpr std::string_view kTreeWithAlias = R"(["w",{"tensor":"w"}],["a",{"tensor":"a"}])";
+
+TEST_F(SafetensorsMalformedTest, WellFormedAliasIsTheControl) {
+  const auto path = dir_ / "good.safetensors";
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    const std::string good = ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":{"a":"w"})"));
+    out.write(good.data(), static_cast<std::streamsize>(good.size()));
+  }
+  const Contents contents = safetensors_format().read(path, {});
+  EXPECT_TRUE(contents.tree.at("a").tensor().same_memory(contents.tree.at("w").tensor()));
+}
+
+TEST_F(SafetensorsMalformedTest, AliasDefects) {
+  struct Case {
+    std::string file;
+    std::string_view why;  // a piece of the message
+  };
+  const std::string tree_abw = R"(["w",{"tensor":"w"}],["a",{"tensor":"a"}],["b",{"tensor":"b"}])";
+  const std::string sum = xxh3_of("x");
+  const Case cases[] = {
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":["a","w"])")), "not an object"},
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":{"a":1})")), "not a string"},
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":{"a":null})")), "not a string"},
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":{"a":"nope"})")), "not in the file"},
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":{"a":"a"})")), "names itself"},
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":{"a":"w","a":"w"})")), "twice"},
+      {ckpt_file(alias_document(tree_abw, R"(,"aliases":{"a":"b","b":"w"})")), "stored tensors only"},  // chain
+      {ckpt_file(alias_document(tree_abw, R"(,"aliases":{"a":"b","b":"a"})")), "stored tensors only"},  // cycle
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":{"a":"w"},"aliases":{"a":"w"})")), "duplicate"},
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"aliases":{"a":"w"})", 1)), "needs version 2"},
+      {ckpt_file(alias_document(R"(["w",{"tensor":"w"}])", R"(,"aliases":{"a":"w"})")), "missing from the tree"},
+      {ckpt_file(alias_document(std::string(kTreeWithAlias) + R"(,["c",{"tensor":"a"}])", R"(,"aliases":{"a":"w"})")),
+       "twice"},
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"checksum":"xxh3","checksums":{"w":")" + sum + R"(","a":")" +
+                                                    sum + R"("},"aliases":{"a":"w"})")),
+       "names alias"},
+      {ckpt_file(alias_document(kTreeWithAlias, R"(,"dtypes":{"a":"complex128"},"aliases":{"a":"w"})")),
+       "names alias"},
+  };
+  for (const Case& defect : cases) {
+    SCOPED_TRACE(defect.file);
+    const auto error = expect_error(defect.file, ErrorCode::kCorrupt, "__metadata__.ckpt");
+    ASSERT_TRUE(error);
+    EXPECT_NE(error->message().find(defect.why), std::string::npos) << error->what();
+  }
+}
+
+TEST_F(SafetensorsMalformedTest, AliasThatIsAlsoAStoredTensor) {
+  // Two stored tensors, "w" and "v"; "v" also claims to be an alias of "w".
+  std::string value;
+  detail::append_json_string(
+      value, R"({"version":2,"tree":{"map":[["w",{"tensor":"w"}],["v",{"tensor":"v"}]]},"aliases":{"v":"w"}})");
+  const std::string file = file_of(R"({"__metadata__":{"ckpt":)" + value + "}," + u8_entry("w", 1, 0) + "," +
+                                       u8_entry("v", 1, 1) + "}",
+                                   "xy");
+  const auto error = expect_error(file, ErrorCode::kCorrupt, "__metadata__.ckpt");
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->message().find("also the name of a stored tensor"), std::string::npos) << error->what();
 }
 
 TEST_F(SafetensorsMalformedTest, ChecksumMismatchUnderVerify) {

@@ -1,19 +1,27 @@
-// ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported]:
+// ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported]
+//              [--rename OLD=NEW] [--rename-regex PATTERN=REPLACEMENT]
+//              [--rename-table FILE] [--drop GLOB] [--add-prefix P] [--strip-prefix P]:
 // rewrites a checkpoint in another format. Tensors are copied bit-exact (a
 // dtype the target lacks is an error, never a cast). The tree goes along
 // where the target can hold it; a tensors-only target (npz, or --no-extras: a
 // plain file) gets the tensors under their dotted names. Non-tensor values
 // that the target cannot hold are never lost silently: the conversion is
 // refused unless --drop-unsupported asks to leave them behind, and then the
-// summary names them.
+// summary names them. The naming options (ckpt::Transforms, each repeatable)
+// rename and drop leaves of the loaded tree before it is written, in the
+// order they appear on the command line.
+
+#include <simdjson.h>
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/registry.h"
+#include "ckpt/transform.h"
 #include "commands.h"
 #include "output.h"
 
@@ -26,7 +34,94 @@ struct ConvertArguments {
   std::string to;
   bool no_extras = false;
   bool drop_unsupported = false;
+  // The naming options: each occurrence's value lands in its option's
+  // results(); the subcommand's parse_order() says in which order they came.
+  CLI::App* command = nullptr;
+  std::vector<std::string> rename, rename_regex, rename_table, drop, add_prefix, strip_prefix;
+  struct {
+    CLI::Option *rename, *rename_regex, *rename_table, *drop, *add_prefix, *strip_prefix;
+  } options{};
 };
+
+// A --rename-table FILE: a JSON object of old name -> new name.
+std::map<std::string, std::string> read_rename_table(const std::string& path) {
+  simdjson::padded_string text;
+  if (simdjson::padded_string::load(path).get(text)) {
+    throw Error(std::filesystem::exists(path) ? ErrorCode::kIo : ErrorCode::kNotFound,
+                "cannot read the rename table")
+        .with_path(path);
+  }
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  simdjson::dom::object object;
+  if (const auto error = parser.parse(text).get(root)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("rename table is not valid JSON: ") + simdjson::error_message(error))
+        .with_path(path);
+  }
+  if (root.get_object().get(object)) {
+    throw Error(ErrorCode::kInvalidArgument, "rename table must be a JSON object of old name to new name")
+        .with_path(path);
+  }
+  std::map<std::string, std::string> table;
+  for (const simdjson::dom::key_value_pair field : object) {
+    std::string_view name;
+    if (field.value.get_string().get(name)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "rename table: the new name of '" + std::string(field.key) + "' is not a string")
+          .with_path(path);
+    }
+    table[std::string(field.key)] = std::string(name);
+  }
+  return table;
+}
+
+// "OLD=NEW" split at the first '=' (--rename) or the last (--rename-regex,
+// whose pattern may hold '=' but whose replacement then may not).
+std::pair<std::string, std::string> split_pair(const std::string& flag, const std::string& value, bool at_last,
+                                               const std::string& left, const std::string& right,
+                                               const std::string& hint = "") {
+  const size_t equals = at_last ? value.rfind('=') : value.find('=');
+  if (equals == std::string::npos || equals == 0) {
+    throw Error(ErrorCode::kInvalidArgument, flag + " expects " + left + "=" + right + " with a non-empty " + left +
+                                                 ", got '" + value + "'" + hint);
+  }
+  return {value.substr(0, equals), value.substr(equals + 1)};
+}
+
+// The naming options as Transforms, in command-line order. Throws
+// Error{kInvalidArgument} for a malformed value (before SRC is read).
+Transforms naming_transforms(const ConvertArguments& arguments) {
+  Transforms transforms;
+  std::map<const CLI::Option*, size_t> taken;  // values used so far, per option
+  const auto& options = arguments.options;
+  for (const CLI::Option* option : arguments.command->parse_order()) {
+    if (option != options.rename && option != options.rename_regex && option != options.rename_table &&
+        option != options.drop && option != options.add_prefix && option != options.strip_prefix) {
+      continue;
+    }
+    const std::string& value = option->results().at(taken[option]++);
+    if (option == options.rename) {
+      auto [from, to] = split_pair("--rename", value, false, "OLD", "NEW", " (--add-prefix adds a prefix)");
+      transforms.rename_prefix(std::move(from), std::move(to));
+    } else if (option == options.rename_regex) {
+      auto [pattern, replacement] = split_pair("--rename-regex", value, true, "PATTERN", "REPLACEMENT");
+      transforms.rename_regex(pattern, std::move(replacement));
+    } else if (option == options.rename_table) {
+      transforms.rename(read_rename_table(value));
+    } else if (option == options.drop) {
+      transforms.drop(value);
+    } else {
+      if (value.empty()) throw Error(ErrorCode::kInvalidArgument, option->get_name() + " needs a non-empty prefix");
+      if (option == options.add_prefix) {
+        transforms.add_prefix(value);
+      } else {
+        transforms.strip_prefix(value);
+      }
+    }
+  }
+  return transforms;
+}
 
 std::string known_format_ids() {
   std::string ids;
@@ -69,19 +164,34 @@ int run_convert(const ConvertArguments& arguments) {
   SaveOptions options;
   options.format = std::string(format.id());
   options.extras = !arguments.no_extras;
+  const Transforms transforms = naming_transforms(arguments);
 
   // Read errors name SRC, write errors DST. The write is atomic, so a
   // failure leaves any earlier DST untouched.
   const Contents contents = naming_file(arguments.source, [&] { return open(arguments.source); });
+  // The tree to write: SRC's, renamed and thinned by the naming options.
+  size_t renamed = 0, removed = 0;  // leaves (empty containers aside)
+  Tree transformed;
+  if (!transforms.empty()) {
+    transformed = naming_file(arguments.source, [&] {
+      for (const Tree::Leaf& leaf : contents.tree.leaves()) {
+        const std::optional<std::string> name = transforms.apply(leaf.name);
+        if (!name) ++removed;
+        if (name && *name != leaf.name) ++renamed;
+      }
+      return transforms.apply(contents.tree);
+    });
+  }
+  const Tree& tree = transforms.empty() ? contents.tree : transformed;
   // Metadata goes along where the target keeps it (npz and npy do not).
   if (format.capabilities().metadata) options.metadata = contents.metadata;
   std::vector<std::string> dropped;
   if (format.capabilities().nested_tree && options.extras) {
-    naming_file(arguments.destination, [&] { save(arguments.destination, contents.tree, options); });
+    naming_file(arguments.destination, [&] { save(arguments.destination, tree, options); });
   } else {
     // A tensors-only target keeps every tensor under its dotted name and
     // cannot keep the rest.
-    for (const Tree::Leaf& leaf : contents.tree.leaves()) {
+    for (const Tree::Leaf& leaf : tree.leaves()) {
       if (!leaf.value->is_tensor()) dropped.push_back(leaf.name);
     }
     if (!dropped.empty() && !arguments.drop_unsupported) {
@@ -91,7 +201,7 @@ int run_convert(const ConvertArguments& arguments) {
                       "') would be lost; pass --drop-unsupported to write the tensors alone")
           .with_path(arguments.destination);
     }
-    const Tree flat = tensors_only(contents.tree);
+    const Tree flat = tensors_only(tree);
     naming_file(arguments.destination, [&] { save(arguments.destination, flat, options); });
   }
 
@@ -100,6 +210,10 @@ int run_convert(const ConvertArguments& arguments) {
   std::cout << "converted " << arguments.source << " (" << contents.format << ") -> "
             << arguments.destination << " (" << format.id()
             << "): " << count_text(contents.entries.size(), "tensor") << ", " << size_text(total);
+  if (!transforms.empty()) {
+    auto leaves = [](size_t count) { return std::to_string(count) + (count == 1 ? " leaf" : " leaves"); };
+    std::cout << "; renamed " << leaves(renamed) << ", dropped " << leaves(removed);
+  }
   std::cout << '\n';
   if (!dropped.empty()) {
     std::cout << "dropped " << count_text(dropped.size(), "non-tensor value") << " (" << format.id()
@@ -127,8 +241,28 @@ Command add_convert_command(CLI::App& app) {
   command->add_flag("--drop-unsupported", arguments->drop_unsupported,
                     "Leave behind (and list) the non-tensor values that the target cannot hold, "
                     "instead of refusing the conversion");
+  // Naming options: one value per occurrence, repeatable, applied in order.
+  auto naming = [&](const char* name, const char* value, std::vector<std::string>& values, const char* help) {
+    return command->add_option(name, values, help)->type_name(value)->allow_extra_args(false);
+  };
+  arguments->command = command;
+  arguments->options.rename = naming("--rename", "OLD=NEW", arguments->rename,
+                                     "Rename the leaves named OLD or under OLD (split at the first '=')");
+  arguments->options.rename_regex =
+      naming("--rename-regex", "PATTERN=REPLACEMENT", arguments->rename_regex,
+             "Replace every match of an ECMAScript regex in every name; $1 or \\1 for a group "
+             "(split at the last '=')");
+  arguments->options.rename_table = naming("--rename-table", "FILE", arguments->rename_table,
+                                           "Rename by a JSON object of old name -> new name (exact names)");
+  arguments->options.drop =
+      naming("--drop", "GLOB", arguments->drop, "Leave out the leaves whose name matches (fnmatch: * ? [...])");
+  arguments->options.add_prefix = naming("--add-prefix", "P", arguments->add_prefix, "Put 'P.' before every name");
+  arguments->options.strip_prefix =
+      naming("--strip-prefix", "P", arguments->strip_prefix, "Remove 'P.' where a name starts with it");
   return {command, [arguments] { return run_convert(*arguments); },
-          "ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported]"};
+          "ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported] [--rename OLD=NEW]\n"
+          "         [--rename-regex PATTERN=REPLACEMENT] [--rename-table FILE] [--drop GLOB]\n"
+          "         [--add-prefix P] [--strip-prefix P]"};
 }
 
 }  // namespace ckpt::tool

@@ -100,6 +100,8 @@ std::string_view npy_descr(DType dtype);
 
 // ---- The formats' reading and writing (npy: format.cc, npz: npz.cc) ----
 Contents read_npz(const std::filesystem::path& path, const LoadOptions& options);
+// Every tensor leaf becomes its own member, tied tensors (same_memory)
+// included: npz has no way to store bytes once under two keys.
 void write_npz(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);
 
 }  // namespace ckpt::numpy_detail

@@ -95,17 +95,32 @@ constexpr bool is_json_whitespace(char c) { return c == ' ' || c == '\t' || c ==
 //    "tree": <tree skeleton, formats/tree_json.h>,
 //    "checksum": "xxh3" | "crc32c",            (absent: no checksums)
 //    "checksums": {NAME: HEX, ...},            (with "checksum"; file order)
-//    "dtypes": {NAME: "complex128", ...}}      (absent when empty)
+//    "dtypes": {NAME: "complex128", ...},      (absent when empty)
+//    "aliases": {ALIAS: STORED, ...}}          (absent when empty; version 2)
 // User metadata keeps every other key of __metadata__.
 
 constexpr std::string_view kCkptKey = "ckpt";
-// Version of the document above; a reader refuses newer versions (kUnsupported).
-constexpr int64_t kCkptVersion = 1;
+// The newest version of the document above that this reader knows; a reader
+// refuses newer versions (kUnsupported).
+constexpr int64_t kCkptVersion = 2;
+// Version 2 adds "aliases". A writer puts the lowest version that holds the
+// file, so files without tied tensors stay readable by every ckpt (version
+// 1), and a ckpt that predates aliases refuses the others as written by a
+// newer ckpt instead of calling them corrupt.
+constexpr int64_t kCkptVersionWithoutAliases = 1;
+constexpr int64_t kCkptAliasesVersion = 2;
 constexpr std::string_view kVersionField = "version";
 constexpr std::string_view kTreeField = "tree";
 constexpr std::string_view kChecksumField = "checksum";
 constexpr std::string_view kChecksumsField = "checksums";
 constexpr std::string_view kDTypesField = "dtypes";
+// Tied tensors: tensor leaves viewing the very same bytes (Tensor::
+// same_memory) with the same dtype and shape are stored once, under the name
+// of the first in tree order; each later one is an alias: its name stays in
+// the skeleton, and "aliases" maps it to the stored name. Aliases are not
+// header entries, so safetensors' no-overlap rule holds and plain readers see
+// only the stored tensor (as huggingface's save_model leaves it).
+constexpr std::string_view kAliasesField = "aliases";
 
 // complex128 has no safetensors code: with extras it is stored as F64 with one
 // more, trailing, dimension of 2 (real, imaginary: the same bytes), and

@@ -341,13 +341,14 @@ class Reader {
     }
     object fields;
     if (root.get_object().get(fields)) bad("not a JSON object");
-    std::optional<element> version, tree, checksum, checksums, dtypes;
+    std::optional<element> version, tree, checksum, checksums, dtypes, aliases_value;
     for (const simdjson::dom::key_value_pair field : fields) {
       std::optional<element>* slot = field.key == kVersionField     ? &version
                                      : field.key == kTreeField      ? &tree
                                      : field.key == kChecksumField  ? &checksum
                                      : field.key == kChecksumsField ? &checksums
                                      : field.key == kDTypesField    ? &dtypes
+                                     : field.key == kAliasesField   ? &aliases_value
                                                                     : nullptr;
       if (slot == nullptr) continue;  // fields of later minor additions are ignored
       if (*slot) bad("duplicate field \"" + std::string(field.key) + "\"");
@@ -372,21 +373,46 @@ class Reader {
     for (size_t i = 0; i < contents.entries.size(); ++i) {
       if (!index.emplace(contents.entries[i].name, i).second) fail_on_duplicate_name(contents.entries);
     }
+    std::vector<Alias> aliases;
+    std::unordered_map<std::string_view, size_t> alias_index;  // name -> position in `aliases`
+    if (aliases_value) {
+      if (version_number < kCkptAliasesVersion) {
+        bad("\"aliases\" needs version " + std::to_string(kCkptAliasesVersion) + " or later");
+      }
+      aliases = read_aliases(*aliases_value, index, bad);
+      alias_index.reserve(aliases.size());
+      for (size_t i = 0; i < aliases.size(); ++i) alias_index.emplace(aliases[i].name, i);
+    }
     auto find = [&](std::string_view name, std::string_view what) {
       const auto found = index.find(name);
-      if (found == index.end()) bad(std::string(what) + " names tensor \"" + std::string(name) + "\", which is not in the file");
+      if (found == index.end()) {
+        if (alias_index.contains(name)) {
+          bad(std::string(what) + " names alias \"" + std::string(name) + "\"; only stored tensors belong there");
+        }
+        bad(std::string(what) + " names tensor \"" + std::string(name) + "\", which is not in the file");
+      }
       return found->second;
     };
 
     if (dtypes) apply_dtype_overrides(*dtypes, tensors, contents, find, bad);
     if (checksum) read_checksums(*checksum, checksums, tensors, contents, find, bad);
 
+    // An alias is a Tensor over its stored tensor's Buffer (same_memory), so
+    // a stored tensor with aliases is copied out of `tensors`, not moved.
     std::vector<bool> used(tensors.size(), false);
+    std::vector<bool> aliased(tensors.size(), false);
+    for (const Alias& alias : aliases) aliased[alias.stored] = true;
     const detail::TensorResolver resolve = [&](std::string_view name) -> Tensor {
+      if (const auto found = alias_index.find(name); found != alias_index.end()) {
+        Alias& alias = aliases[found->second];
+        if (alias.used) bad("the tree names alias \"" + std::string(name) + "\" twice");
+        alias.used = true;
+        return tensors[alias.stored];
+      }
       const size_t i = find(name, "the tree");
       if (used[i]) bad("the tree names tensor \"" + std::string(name) + "\" twice");
       used[i] = true;
-      return std::move(tensors[i]);
+      return aliased[i] ? tensors[i] : std::move(tensors[i]);
     };
     try {
       contents.tree = detail::tree_from_json(*tree, resolve);
@@ -397,6 +423,49 @@ class Reader {
     for (size_t i = 0; i < used.size(); ++i) {
       if (!used[i]) bad("tensor \"" + contents.entries[i].name + "\" is missing from the tree");
     }
+    for (const Alias& alias : aliases) {
+      if (!alias.used) bad("alias \"" + std::string(alias.name) + "\" is missing from the tree");
+    }
+  }
+
+  // One entry of "aliases": a tensor leaf that shares a stored tensor's bytes.
+  struct Alias {
+    std::string_view name;  // views the extras document
+    size_t stored;          // index of the stored tensor (file order)
+    bool used = false;      // named by the tree
+  };
+
+  // "aliases": {ALIAS: STORED, ...}, in document order. Each alias must name
+  // a stored tensor, never another alias (no chains, no cycles) nor itself,
+  // and must not be a stored tensor's name.
+  template <class Bad>
+  std::vector<Alias> read_aliases(const element& value, const std::unordered_map<std::string_view, size_t>& index,
+                                  Bad& bad) const {
+    object fields;
+    if (value.get_object().get(fields)) bad("\"aliases\" is not an object");
+    std::vector<std::pair<std::string_view, std::string_view>> pairs;
+    std::unordered_set<std::string_view> names;
+    for (const simdjson::dom::key_value_pair field : fields) {
+      const std::string quoted = "alias \"" + std::string(field.key) + "\"";
+      std::string_view stored;
+      if (field.value.get_string().get(stored)) bad(quoted + " is not a string naming a stored tensor");
+      if (!names.insert(field.key).second) bad("\"aliases\" names " + quoted + " twice");
+      if (index.contains(field.key)) bad(quoted + " is also the name of a stored tensor");
+      if (stored == field.key) bad(quoted + " names itself");
+      pairs.emplace_back(field.key, stored);
+    }
+    std::vector<Alias> aliases;
+    aliases.reserve(pairs.size());
+    for (const auto& [name, stored] : pairs) {
+      const auto found = index.find(stored);
+      if (found == index.end()) {
+        const std::string quoted = "alias \"" + std::string(name) + "\" names ";
+        if (names.contains(stored)) bad(quoted + "alias \"" + std::string(stored) + "\"; aliases name stored tensors only");
+        bad(quoted + "tensor \"" + std::string(stored) + "\", which is not in the file");
+      }
+      aliases.push_back({name, found->second});
+    }
+    return aliases;
   }
 
   template <class Find, class Bad>

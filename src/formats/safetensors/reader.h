@@ -17,7 +17,9 @@ bool detect_header(std::span<const std::byte> head, uint64_t file_size);
 
 // Maps `path` and returns its tensors (views of the mapping), in file order.
 // With ckpt's extras in __metadata__ the tree is rebuilt from the stored
-// skeleton; otherwise it is a flat map name → tensor in file order.
+// skeleton, each alias (tied tensor) a Tensor over its stored tensor's Buffer
+// (same_memory); otherwise it is a flat map name → tensor in file order.
+// Contents.entries lists the stored tensors only, in file order.
 // Throws Error{kCorrupt} naming the file, the entry and the byte offset if the
 // file fails validation (or, with options.verify, a checksum);
 // {kUnsupported} for a valid file holding a dtype ckpt lacks (F4, F8_E8M0, ...)

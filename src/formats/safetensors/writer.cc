@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -27,6 +29,35 @@ struct PlannedTensor {
   uint64_t begin = 0;
   uint64_t end = 0;
 };
+
+// A tensor leaf tied to an earlier one: not stored, named in "aliases".
+struct AliasedTensor {
+  const std::string* name;    // the alias: the leaf's unique dotted name
+  const std::string* stored;  // the first leaf in tree order with its bytes
+};
+
+struct Layout {
+  std::vector<PlannedTensor> stored;   // file order
+  std::vector<AliasedTensor> aliases;  // tree order
+};
+
+// Where a tensor's bytes are, as Tensor::same_memory compares them: the
+// address, or for a buffer not yet materialized, its storage. Tensors that
+// are same_memory have equal keys.
+struct MemoryKey {
+  const void* where;
+  size_t size;
+  bool deferred;
+  bool operator==(const MemoryKey&) const = default;
+};
+
+struct MemoryKeyHash {
+  size_t operator()(const MemoryKey& key) const noexcept {
+    return std::hash<const void*>{}(key.where) ^ (key.size * 0x9e3779b97f4a7c15ull) ^ size_t{key.deferred};
+  }
+};
+
+constexpr size_t kNotTied = std::numeric_limits<size_t>::max();
 
 [[noreturn]] void unsupported(std::string message, std::string_view entry = {}) {
   throw Error(ErrorCode::kUnsupported, std::move(message), {.entry = std::string(entry)});
@@ -76,12 +107,50 @@ void check_plain(const Tree& node, const std::string& name, std::unordered_set<s
   }
 }
 
-std::vector<PlannedTensor> plan_layout(const std::vector<Tree::Leaf>& leaves, bool extras) {
-  std::vector<PlannedTensor> plan;
-  plan.reserve(leaves.size());
+// For each leaf, the index of the first earlier leaf it is tied to (the same
+// bytes, dtype and shape), or kNotTied. Tensors of no bytes are never tied;
+// a reshaped or retyped view of the same bytes, or a partial overlap, is not
+// tied either (it is stored as its own copy).
+std::vector<size_t> find_ties(const std::vector<Tree::Leaf>& leaves) {
+  std::vector<size_t> tied_to(leaves.size(), kNotTied);
+  std::unordered_multimap<MemoryKey, size_t, MemoryKeyHash> stored_by_memory;
+  stored_by_memory.reserve(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const Tensor& tensor = leaves[i].value->tensor();
+    if (tensor.nbytes() == 0) continue;
+    const Buffer& buffer = tensor.buffer();
+    const MemoryKey key = buffer.deferred() ? MemoryKey{buffer.storage().get(), buffer.size(), true}
+                                            : MemoryKey{buffer.address(), buffer.size(), false};
+    const auto [begin, end] = stored_by_memory.equal_range(key);
+    for (auto candidate = begin; candidate != end; ++candidate) {
+      const Tensor& first = leaves[candidate->second].value->tensor();
+      if (first.dtype() == tensor.dtype() && first.shape() == tensor.shape() && first.same_memory(tensor)) {
+        tied_to[i] = candidate->second;
+        break;
+      }
+    }
+    if (tied_to[i] == kNotTied) stored_by_memory.emplace(key, i);
+  }
+  return tied_to;
+}
+
+// With extras, tied leaves become aliases of the first; without, every leaf
+// is stored (plain readers, and huggingface's own, know no aliases).
+Layout plan_layout(const std::vector<Tree::Leaf>& leaves, bool extras) {
   for (const Tree::Leaf& leaf : leaves) {
     if (!valid_utf8(leaf.name)) unsupported("tensor name is not valid UTF-8", leaf.name);
     if (leaf.name == kMetadataKey) unsupported("a tensor cannot be named \"__metadata__\" in safetensors", leaf.name);
+  }
+  const std::vector<size_t> tied_to = extras ? find_ties(leaves) : std::vector<size_t>(leaves.size(), kNotTied);
+  Layout layout;
+  std::vector<PlannedTensor>& plan = layout.stored;
+  plan.reserve(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const Tree::Leaf& leaf = leaves[i];
+    if (tied_to[i] != kNotTied) {
+      layout.aliases.push_back({&leaf.name, &leaves[tied_to[i]].name});
+      continue;
+    }
     const Tensor& tensor = leaf.value->tensor();
     PlannedTensor planned{&leaf.name, &tensor, 0, false};
     std::string_view code = dtype_info(tensor.dtype()).safetensors;
@@ -108,7 +177,7 @@ std::vector<PlannedTensor> plan_layout(const std::vector<Tree::Leaf>& leaves, bo
     }
     planned.end = offset;
   }
-  return plan;
+  return layout;
 }
 
 // {"name": "hex", ...} in file order.
@@ -132,9 +201,9 @@ struct HeaderText {
 
 class HeaderBuilder {
  public:
-  HeaderBuilder(const Tree& tree, const std::vector<Tree::Leaf>& leaves, const std::vector<PlannedTensor>& plan,
+  HeaderBuilder(const Tree& tree, const std::vector<Tree::Leaf>& leaves, const Layout& layout,
                 const SaveOptions& options)
-      : tree_(tree), leaves_(leaves), plan_(plan), options_(options) {}
+      : tree_(tree), leaves_(leaves), plan_(layout.stored), aliases_(layout.aliases), options_(options) {}
 
   // The whole header, padded; `digests` fill the checksums object (file order).
   HeaderText build(const std::vector<std::string>& digests) const {
@@ -190,7 +259,7 @@ class HeaderBuilder {
     detail::JsonWriter out;
     out.begin_object();
     out.key(kVersionField);
-    out.integer(kCkptVersion);
+    out.integer(aliases_.empty() ? kCkptVersionWithoutAliases : kCkptAliasesVersion);
     out.key(kTreeField);
     detail::write_tree_json(out, tree_, leaves_);
     if (checksummed()) {
@@ -201,7 +270,8 @@ class HeaderBuilder {
     return out.take();
   }
 
-  // What follows the checksums object: the dtype overrides, the closing brace.
+  // What follows the checksums object: the dtype overrides, the aliases, the
+  // closing brace.
   std::string extras_suffix() const {
     std::string suffix;
     bool first = true;
@@ -220,12 +290,25 @@ class HeaderBuilder {
       detail::append_json_string(suffix, dtype_name(DType::kComplex128));
     }
     if (!first) suffix += '}';
+    if (!aliases_.empty()) {
+      suffix += ',';
+      detail::append_json_string(suffix, kAliasesField);
+      suffix += ":{";
+      for (size_t i = 0; i < aliases_.size(); ++i) {
+        if (i > 0) suffix += ',';
+        detail::append_json_string(suffix, *aliases_[i].name);
+        suffix += ':';
+        detail::append_json_string(suffix, *aliases_[i].stored);
+      }
+      suffix += '}';
+    }
     return suffix + "}";
   }
 
   const Tree& tree_;
   const std::vector<Tree::Leaf>& leaves_;
   const std::vector<PlannedTensor>& plan_;
+  const std::vector<AliasedTensor>& aliases_;
   const SaveOptions& options_;
 };
 
@@ -255,8 +338,9 @@ void write_file(const std::filesystem::path& path, const Tree& tree, const SaveO
     check_plain(tree, "", names);
   }
   const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
-  const std::vector<PlannedTensor> plan = plan_layout(leaves, options.extras);
-  const HeaderBuilder builder(tree, leaves, plan, options);
+  const Layout layout = plan_layout(leaves, options.extras);
+  const std::vector<PlannedTensor>& plan = layout.stored;
+  const HeaderBuilder builder(tree, leaves, layout, options);
   const size_t digest_width = detail::checksum_hex_width(options.checksum);
   HeaderText header = builder.build(std::vector<std::string>(plan.size(), std::string(digest_width, '0')));
   if (header.text.size() > kMaxHeaderSize) {

@@ -13,6 +13,10 @@ namespace ckpt::safetensors_detail {
 // options.extras off and a flat map of names to tensors, the bytes equal
 // those of huggingface's safetensors `save_file` for the same tensors and
 // (at most one key of) metadata.
+// Tied tensors (Tensor::same_memory, same dtype and shape): with extras the
+// bytes are stored once, under the first leaf's name in tree order, and the
+// others are recorded as aliases of it; without extras each leaf gets its own
+// copy of the bytes.
 // Throws Error{kUnsupported} if the file cannot hold the tree: without extras,
 // any non-tensor leaf, list, integer key, empty nested container, or leaf
 // names that collide; always, names or metadata that are not valid UTF-8, a
