@@ -121,7 +121,8 @@ class Checkpoint:
         self._handle = _ckpt.open(self.path, framework, verify)
 
     def keys(self) -> List[str]:
-        """Tensor names, in file order."""
+        """Tensor names, in file order; then the names of tied tensors stored
+        once (which share the stored tensor's memory)."""
         return self._handle.keys()
 
     def __iter__(self) -> Iterator[str]:

@@ -93,17 +93,27 @@ py::dict entry_info(const EntryInfo& entry, const std::string& checksum_kind) {
   return info;
 }
 
+size_t count_tensors(const Tree& tree) {
+  if (tree.is_tensor()) return 1;
+  size_t count = 0;
+  for (const TreeEntry& entry : tree.entries()) count += count_tensors(entry.value);
+  return count;
+}
+
 class Handle {
  public:
   Handle(Contents contents, Framework framework) : contents_(std::move(contents)), framework_(framework) {
     for (size_t i = 0; i < contents_.entries.size(); ++i) index_.emplace(contents_.entries[i].name, i);
+    add_aliases();
   }
 
+  // Entries in file order, then tied names stored once (aliases).
   std::vector<std::string> keys() const {
     check_open();
     std::vector<std::string> names;
-    names.reserve(contents_.entries.size());
+    names.reserve(contents_.entries.size() + aliases_.size());
     for (const EntryInfo& entry : contents_.entries) names.push_back(entry.name);
+    for (const std::string& alias : aliases_) names.push_back(alias);
     return names;
   }
   py::dict info(const std::string& name) const { return entry_info(entry(name), checksum_kind()); }
@@ -137,7 +147,7 @@ class Handle {
   }
   size_t size() const {
     check_open();
-    return contents_.entries.size();
+    return contents_.entries.size() + aliases_.size();
   }
   // Names and values of the non-tensor leaves.
   py::dict values() const {
@@ -151,6 +161,7 @@ class Handle {
   void close() {
     contents_ = Contents();
     index_.clear();
+    aliases_.clear();
     closed_ = true;
   }
   bool closed() const { return closed_; }
@@ -159,6 +170,26 @@ class Handle {
   void check_open() const {
     if (closed_) throw py::value_error("the checkpoint handle is closed");
   }
+  // Tensor leaves that no entry lists share the memory of one that does (a
+  // tied weight stored once): they are keys too, with the stored one's info.
+  void add_aliases() {
+    if (count_tensors(contents_.tree) <= contents_.entries.size()) return;  // none left out
+    std::unordered_map<const std::byte*, size_t> stored;
+    for (size_t i = 0; i < contents_.entries.size(); ++i) {
+      const Tree* leaf = contents_.tree.find_path(contents_.entries[i].name);
+      if (leaf != nullptr && leaf->is_tensor() && leaf->tensor().buffer().address() != nullptr) {
+        stored.emplace(leaf->tensor().buffer().address(), i);
+      }
+    }
+    for (const Tree::Leaf& leaf : contents_.tree.tensor_leaves()) {
+      if (index_.count(leaf.name) != 0) continue;
+      const auto found = stored.find(leaf.value->tensor().buffer().address());
+      if (found == stored.end()) continue;
+      index_.emplace(leaf.name, found->second);
+      aliases_.push_back(leaf.name);
+    }
+  }
+
   const EntryInfo& entry(const std::string& name) const {
     check_open();
     const auto found = index_.find(name);
@@ -169,6 +200,7 @@ class Handle {
   Contents contents_;
   Framework framework_;
   std::unordered_map<std::string, size_t> index_;
+  std::vector<std::string> aliases_;
   bool closed_ = false;
 };
 

@@ -140,10 +140,18 @@ void bind_restore(py::module_& m) {
         py::dict out = report_out(report);
         // Only the leaves that changed come back; the package puts them into
         // the target's own structure.
-        py::dict values;
+        // One conversion for all of them, so that tied leaves come out as one object.
+        Tree changed = Tree::list();
+        std::vector<const std::string*> names;
         for (const std::string& name : report.restored) {
-          if (const Tree* leaf = report.tree.find_path(name)) values[py::str(name)] = value_out(*leaf, fw);
+          if (const Tree* leaf = report.tree.find_path(name)) {
+            changed.push_back(*leaf);
+            names.push_back(&name);
+          }
         }
+        const py::list converted = value_out(changed, fw);
+        py::dict values;
+        for (size_t i = 0; i < names.size(); ++i) values[py::str(*names[i])] = converted[i];
         out["values"] = values;
         return out;
       },

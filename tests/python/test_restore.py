@@ -258,3 +258,22 @@ def test_scalar_leaves_convert_where_exact(tmp_path):
     assert report.tree["lr"] == 1.0 and type(report.tree["lr"]) is float
     assert report.tree["count"] == 5 and report.tree["count"].dtype == np.int16
     assert report.dtype_mismatched == ["flag"]
+
+
+def test_tied_arrays_are_stored_once_and_come_back_as_one_array(tmp_path):
+    shared = arange(256, 256)  # 256 KiB
+    path = tmp_path / "tied.safetensors"
+    ckpt.save(path, {"embed": shared, "lm_head": shared, "other": arange(2)})
+    assert path.stat().st_size < shared.nbytes * 3 // 2
+    loaded = ckpt.load(path)
+    assert loaded["embed"] is loaded["lm_head"]
+    np.testing.assert_array_equal(loaded["lm_head"], shared)
+    with ckpt.open(path) as handle:
+        assert handle.keys() == ["embed", "other", "lm_head"] and len(handle) == 3 and "lm_head" in handle
+        assert handle.info("lm_head")["shape"] == (256, 256)
+        np.testing.assert_array_equal(handle.get("lm_head"), shared)
+    # Restoring into tied targets keeps them filled from the one stored copy.
+    target = {"embed": np.zeros((256, 256), np.float32), "lm_head": np.zeros((256, 256), np.float32),
+              "other": np.zeros(2, np.float32)}
+    report = ckpt.restore(target, path)
+    assert report.ok and report.tree["embed"] is report.tree["lm_head"]
