@@ -12,7 +12,7 @@ JOBS       ?= $(shell nproc)
 export CC  ?= cc
 export CXX ?= g++
 
-.PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch bench-python python clean
+.PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch bench-python bench-restore python clean
 
 all: build
 
@@ -52,6 +52,7 @@ bench: build python
 	$(BUILD)/ckpt_bench
 	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
 	$(PYTHON) bench/bench_python.py --bench $(BUILD)/ckpt_bench
+	$(PYTHON) bench/bench_restore.py
 
 bench-torch: build
 	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
@@ -61,3 +62,6 @@ bench-python: build python
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-python
+
+bench-restore: python
+	$(PYTHON) bench/bench_restore.py
