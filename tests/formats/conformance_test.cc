@@ -153,15 +153,8 @@ TEST_P(ConformanceTest, TenThousandTensors) {
   EXPECT_EQ(loaded.tensor_leaves().size(), 10000u);
 }
 
-// Formats that store tied tensors (Tensor::same_memory) as copies, with why;
-// every other format that holds several tensors stores their bytes once and
-// loads them back tied.
-bool stores_ties_as_copies(std::string_view id) {
-  // npz: np.load needs every key as its own .npy member, and npz has no
-  // record for ckpt's extras (docs/formats/numpy.md).
-  return id == "npz";
-}
-
+// Every format that holds several tensors stores tied tensors
+// (Tensor::same_memory) once and loads them back tied.
 TEST_P(ConformanceTest, TiedTensorsAreStoredOnceAndLoadTied) {
   if (!caps().write || caps().single_tensor) GTEST_SKIP() << "format holds one tensor";
   const Tensor shared = random_tensor(DType::kFloat32, {64, 32}, 9);
@@ -173,11 +166,6 @@ TEST_P(ConformanceTest, TiedTensorsAreStoredOnceAndLoadTied) {
   const Tensor& embed = loaded.at("embed.weight").tensor();
   const uint64_t size = std::filesystem::file_size(file("tied"));
   EXPECT_FALSE(embed.same_memory(loaded.at("norm.weight").tensor()));
-  if (stores_ties_as_copies(format().id())) {
-    EXPECT_FALSE(embed.same_memory(loaded.at("lm_head.weight").tensor()));
-    EXPECT_GE(size, 2 * shared.nbytes());
-    return;
-  }
   EXPECT_TRUE(embed.same_memory(loaded.at("lm_head.weight").tensor())) << format().id() << ": tie lost";
   EXPECT_LT(size, 2 * shared.nbytes()) << format().id() << ": the tied bytes are stored twice";
   const Tree in_memory = load(file("tied"), {.lazy = false});

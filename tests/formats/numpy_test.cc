@@ -465,6 +465,24 @@ TEST_F(NpzTest, NonTensorLeavesAreRefused) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "mixed.npz"));
 }
 
+TEST_F(NpzTest, NamesThatAreNotUtf8AreRefused) {
+  // Zip readers hold names with the UTF-8 flag to it (and ckpt's comment
+  // holds aliases' names as JSON): such a file could not be read back.
+  for (const char* name : {"bad\xff", "surrogate\xed\xa0\x80"}) {
+    Tree tree = Tree::map();
+    tree.set(name, tensor_of(DType::kFloat32, {2}, 1));
+    try {
+      npz_format().write(dir_ / "bad.npz", tree, {.fsync = false});
+      ADD_FAILURE() << "written";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+      EXPECT_EQ(error.context().entry, name);
+      EXPECT_NE(error.message().find("not valid UTF-8"), std::string::npos) << error.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "bad.npz"));
+  }
+}
+
 // ---------------------------------------------------------------- the plugins
 
 TEST(NumpyFormatTest, DetectsByContent) {

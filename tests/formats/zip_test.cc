@@ -223,6 +223,24 @@ TEST_F(ZipWriterTest, MatchesPythonZipfileForNpSavez) {
   EXPECT_EQ(testing::read_file(write_archive(writer)), expected);
 }
 
+TEST_F(ZipWriterTest, ArchiveCommentFollowsTheEndRecord) {
+  for (const std::string comment : {std::string("a note"), std::string(zip_detail::kMaxCommentLength, 'c')}) {
+    ZipWriter writer({.alignment = 64, .comment = comment});
+    writer.add("a", "", buffer_of("abc"));
+    const auto path = write_archive(writer);
+    const std::string bytes = testing::read_file(path);
+    const ZipReader reader(detail::MappedFile::open(path));
+    EXPECT_EQ(reader.comment(), comment);
+    EXPECT_EQ(reader.comment_offset(), bytes.size() - comment.size());
+    EXPECT_EQ(testing::get_u16(bytes, reader.comment_offset() - 2), comment.size());
+    EXPECT_EQ(text_of(reader.read(reader.entries()[0], {.verify_crc = true})), "abc");
+  }
+  // An empty archive with a comment: the end record and the comment.
+  ZipWriter empty({.comment = "x"});
+  EXPECT_EQ(testing::read_file(write_archive(empty, "empty.zip")),
+            std::string("PK\x05\x06\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x01\0x", 23));
+}
+
 TEST_F(ZipWriterTest, RejectsBadNamesAndAlignments) {
   ZipWriter writer;
   writer.add("a", "", Buffer());
@@ -240,6 +258,8 @@ TEST_F(ZipWriterTest, RejectsBadNamesAndAlignments) {
   EXPECT_EQ(code_of([&] { writer.add(std::string(70000, 'n'), "", Buffer()); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([] { ZipWriter({.alignment = 48}); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([] { ZipWriter({.alignment = 65536}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([] { ZipWriter({.comment = std::string(65536, 'c')}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([] { ZipWriter({.comment = "a PK\x05\x06 b"}); }), ErrorCode::kInvalidArgument);
 }
 
 // ---------------------------------------------------------------- malformed

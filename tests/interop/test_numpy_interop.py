@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
+import torch
 
 from conftest import random_array, raw_safetensors
 
@@ -121,6 +122,29 @@ def test_default_npz_aligns_every_array_to_64_bytes(tmp_path, run, inspect_json)
     run("convert", tmp_path / "ref.npz", tmp_path / "ckpt.npz")
     for tensor in inspect_json(tmp_path / "ckpt.npz")["tensors"]:
         assert tensor["offset"] % 64 == 0, tensor
+
+
+def test_npz_with_tied_arrays_is_read_by_numpy_and_zipfile(tmp_path, run, inspect_json):
+    """Ties (here: two keys of one torch storage) are stored once; ckpt names
+    the alias in the zip archive comment, which np.load and zipfile ignore."""
+    embed = torch.arange(512 * 16, dtype=torch.float32).reshape(512, 16)
+    torch.save({"embed": embed, "bias": torch.ones(16), "head": embed}, tmp_path / "tied.pt")
+    run("convert", tmp_path / "tied.pt", tmp_path / "tied.npz")
+    path = tmp_path / "tied.npz"
+    assert path.stat().st_size < 2 * embed.numel() * 4
+    with np.load(path) as loaded, zipfile.ZipFile(path) as archive:
+        assert loaded.files == ["embed", "bias"]
+        assert np.array_equal(loaded["embed"], embed.numpy())
+        assert archive.testzip() is None
+        assert archive.namelist() == ["embed.npy", "bias.npy"]
+        assert archive.comment.startswith(b"ckpt:")
+        assert json.loads(archive.comment[len(b"ckpt:"):]) == {"version": 1, "aliases": {"head": "embed"}}
+    assert [t["name"] for t in inspect_json(path)["tensors"]] == ["embed", "bias"]
+    # ckpt reads the alias back as a tie: safetensors gets it as its own alias.
+    run("convert", path, tmp_path / "tied.safetensors")
+    tensors, metadata = raw_safetensors(tmp_path / "tied.safetensors")
+    assert sorted(tensors) == ["bias", "embed"]
+    assert json.loads(metadata["ckpt"])["aliases"] == {"head": "embed"}
 
 
 def test_npy_is_byte_identical_to_np_save(tmp_path, run):

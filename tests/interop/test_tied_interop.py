@@ -2,11 +2,13 @@
 torch, huggingface safetensors and numpy.
 
 ckpt stores the tied bytes once where the format can (safetensors with
-extras: an alias in ckpt's metadata; torch: one shared storage) and loads
-them back tied; npz and plain safetensors files hold one copy per name
-(docs/formats/safetensors.md "Tied tensors", docs/formats/numpy.md)."""
+extras: an alias in ckpt's metadata; npz with extras: an alias in the zip
+archive comment; torch: one shared storage) and loads them back tied; plain
+safetensors and npz files (extras=False) hold one copy per name
+(docs/formats/safetensors.md and docs/formats/numpy.md, "Tied tensors")."""
 
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -62,7 +64,7 @@ def test_the_state_dict_is_tied():
     assert state["embed.weight"].data_ptr() == state["lm_head.weight"].data_ptr()
 
 
-@pytest.mark.parametrize("ext", [".safetensors", ".pt"])
+@pytest.mark.parametrize("ext", [".safetensors", ".pt", ".npz"])
 @pytest.mark.parametrize("lazy", [True, False])
 def test_tied_bytes_are_stored_once_and_load_tied(tmp_path, ext, lazy):
     model = tied_model()
@@ -75,16 +77,46 @@ def test_tied_bytes_are_stored_once_and_load_tied(tmp_path, ext, lazy):
     assert loaded["norm.weight"].data_ptr() != loaded["norm.bias"].data_ptr()
 
 
-def test_npz_holds_a_copy_per_name(tmp_path):
+def test_numpy_sees_the_stored_arrays_of_an_npz_only(tmp_path):
+    """The alias lives in the archive comment, which np.load and zipfile
+    do not read as a member."""
     model = tied_model()
+    state = model.state_dict()
     path = tmp_path / "model.npz"
-    ckpt.save(path, model.state_dict())
+    ckpt.save(path, state)
+    with np.load(path) as arrays:
+        assert sorted(arrays.files) == ["embed.weight", "norm.bias", "norm.weight"]
+        for name in arrays.files:
+            assert np.array_equal(arrays[name], state[name].numpy()), name
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+        assert archive.namelist() == ["embed.weight.npy", "norm.weight.npy", "norm.bias.npy"]
+        assert archive.comment == b'ckpt:{"version":1,"aliases":{"lm_head.weight":"embed.weight"}}'
+    loaded = ckpt.load(path, framework="torch")
+    assert list(loaded) == NAMES  # the alias comes after the stored arrays; here it is last anyway
+    assert_same_values(loaded, model)
+    assert_tied(loaded["embed.weight"], loaded["lm_head.weight"])
+
+
+def test_plain_npz_holds_a_copy_per_name(tmp_path):
+    """extras=False: no comment, every name its own member, byte-identical to
+    np.savez of the copies; loaded back untied."""
+    model = tied_model()
+    path = tmp_path / "plain.npz"
+    ckpt.save(path, model.state_dict(), extras=False)
     assert path.stat().st_size >= 2 * TIED_BYTES
-    assert_same_values(ckpt.load(path, framework="torch"), model)
     with np.load(path) as arrays:
         assert sorted(arrays.files) == sorted(NAMES)
         for name, tensor in model.state_dict().items():
             assert np.array_equal(arrays[name], tensor.numpy()), name
+    with zipfile.ZipFile(path) as archive:
+        assert archive.comment == b""
+    reference = tmp_path / "reference.npz"
+    np.savez(reference, **{name: tensor.numpy() for name, tensor in model.state_dict().items()})
+    assert path.read_bytes() == reference.read_bytes()
+    loaded = ckpt.load(path, framework="torch")
+    assert_same_values(loaded, model)
+    assert loaded["embed.weight"].data_ptr() != loaded["lm_head.weight"].data_ptr()
 
 
 def test_safetensors_readers_see_the_stored_tensor_only(tmp_path):
@@ -158,7 +190,7 @@ def test_torch_load_sees_one_storage(tmp_path):
     assert torch.equal(fresh.lm_head.weight, model.lm_head.weight)
 
 
-@pytest.mark.parametrize("ext", [".safetensors", ".pt"])
+@pytest.mark.parametrize("ext", [".safetensors", ".pt", ".npz"])
 def test_saving_what_was_loaded_gives_the_same_file(tmp_path, ext):
     model = tied_model()
     first, second = tmp_path / f"a{ext}", tmp_path / "again" / f"a{ext}"

@@ -3,8 +3,10 @@
 // Trees: an .npy reads as a bare tensor leaf (Tree(Tensor)); writing one
 // takes a tree with exactly one leaf, a tensor (bare, or inside maps/lists).
 // An .npz reads as a flat map from key (member name without ".npy") to
-// tensor, in archive order; writing one stores every leaf under its dotted
-// name, and refuses trees with non-tensor leaves.
+// tensor, in archive order, then the aliases of ckpt's archive comment (tied
+// tensors); writing one stores every leaf under its dotted name (with
+// extras, tied leaves once: see npz.cc), and refuses trees with non-tensor
+// leaves.
 
 #include <cstring>
 

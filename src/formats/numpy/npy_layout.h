@@ -16,6 +16,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "ckpt/dtype.h"
 #include "ckpt/format.h"
@@ -98,10 +100,65 @@ std::string format_npy_header(DType dtype, const Shape& shape);
 // the dtype and the reason (bfloat16 and float8 have none in plain numpy).
 std::string_view npy_descr(DType dtype);
 
+// ---- .npz: ckpt's archive comment, naming tied tensors (npz_comment.cc) ----
+// With extras, a tensor tied to an earlier leaf (Tensor::same_memory, same
+// dtype and shape) is not a member of its own: the zip archive comment (which
+// np.load and zipfile ignore) records it as an alias of the stored key:
+//   ckpt:{"version":1,"aliases":{"lm_head.weight":"embed.weight"}}
+// A comment is ckpt's when it starts with the prefix and '{'; any other
+// comment (another tool's) is ignored. No comment is written without ties.
+constexpr std::string_view kNpzCommentPrefix = "ckpt:";
+constexpr int64_t kNpzCommentVersion = 1;
+constexpr std::string_view kNpzVersionField = "version";
+constexpr std::string_view kNpzAliasesField = "aliases";
+// The entry that errors about the comment name.
+constexpr std::string_view kNpzCommentEntry = "zip comment";
+
+// Builds the comment, alias by alias, within zip's 65535 bytes.
+class NpzCommentBuilder {
+ public:
+  NpzCommentBuilder();
+  // Records `alias` (a leaf's key) as sharing the member of key `stored`.
+  // Returns false, and records nothing from then on, if the comment would
+  // outgrow 65535 bytes: that alias and every later one must be stored as
+  // copies.
+  bool add(std::string_view alias, std::string_view stored);
+  // The comment; empty if no alias was recorded.
+  std::string finish() const;
+
+ private:
+  std::string text_;
+  size_t count_ = 0;
+  bool full_ = false;
+};
+
+// One alias of a comment: a key without a member, whose tensor is the
+// tensor of stored member `stored` (an index into the members).
+struct NpzAlias {
+  std::string name;
+  size_t stored;
+};
+
+// The aliases of archive comment `comment` (which starts at byte `offset` of
+// `path`), in the order written; `members` maps each stored key to its
+// index. Returns std::nullopt for a comment that is not ckpt's.
+// Throws Error{kCorrupt} (entry "zip comment") for a comment that is ckpt's
+// but not valid JSON, not an object, with a field twice, a missing or
+// non-positive-integer "version", no "aliases" object, an alias whose value
+// is not a string, an alias named twice, an alias with a NUL byte or that is
+// also a member's key, or one that names itself, another alias or a key
+// without a member; {kUnsupported} for a version above kNpzCommentVersion.
+std::optional<std::vector<NpzAlias>> read_npz_comment(std::string_view comment, const std::filesystem::path& path,
+                                                      uint64_t offset,
+                                                      const std::unordered_map<std::string_view, size_t>& members);
+
 // ---- The formats' reading and writing (npy: format.cc, npz: npz.cc) ----
+// Members in archive order, then the comment's aliases (each a Tensor over
+// its stored member's Buffer, so same_memory) in the comment's order.
 Contents read_npz(const std::filesystem::path& path, const LoadOptions& options);
-// Every tensor leaf becomes its own member, tied tensors (same_memory)
-// included: npz has no way to store bytes once under two keys.
+// Every tensor leaf becomes a member, but with extras a tensor tied to an
+// earlier leaf, which becomes an alias in the archive comment (as long as
+// the comment fits in 65535 bytes; later ties are stored as copies).
 void write_npz(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);
 
 }  // namespace ckpt::numpy_detail

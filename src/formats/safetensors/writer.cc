@@ -1,4 +1,5 @@
 #include "formats/safetensors/writer.h"
+#include "formats/ties.h"
 
 #include <simdjson.h>
 
@@ -20,6 +21,9 @@
 namespace ckpt::safetensors_detail {
 namespace {
 
+using detail::find_ties;
+using detail::kNotTied;
+
 // One tensor as it will be laid out in the file.
 struct PlannedTensor {
   const std::string* name;  // the leaf's unique dotted name
@@ -40,24 +44,6 @@ struct Layout {
   std::vector<PlannedTensor> stored;   // file order
   std::vector<AliasedTensor> aliases;  // tree order
 };
-
-// Where a tensor's bytes are, as Tensor::same_memory compares them: the
-// address, or for a buffer not yet materialized, its storage. Tensors that
-// are same_memory have equal keys.
-struct MemoryKey {
-  const void* where;
-  size_t size;
-  bool deferred;
-  bool operator==(const MemoryKey&) const = default;
-};
-
-struct MemoryKeyHash {
-  size_t operator()(const MemoryKey& key) const noexcept {
-    return std::hash<const void*>{}(key.where) ^ (key.size * 0x9e3779b97f4a7c15ull) ^ size_t{key.deferred};
-  }
-};
-
-constexpr size_t kNotTied = std::numeric_limits<size_t>::max();
 
 [[noreturn]] void unsupported(std::string message, std::string_view entry = {}) {
   throw Error(ErrorCode::kUnsupported, std::move(message), {.entry = std::string(entry)});
@@ -105,33 +91,6 @@ void check_plain(const Tree& node, const std::string& name, std::unordered_set<s
       unsupported("non-tensor leaf at " + where + " cannot be stored without ckpt's extras (SaveOptions.extras)",
                   name);
   }
-}
-
-// For each leaf, the index of the first earlier leaf it is tied to (the same
-// bytes, dtype and shape), or kNotTied. Tensors of no bytes are never tied;
-// a reshaped or retyped view of the same bytes, or a partial overlap, is not
-// tied either (it is stored as its own copy).
-std::vector<size_t> find_ties(const std::vector<Tree::Leaf>& leaves) {
-  std::vector<size_t> tied_to(leaves.size(), kNotTied);
-  std::unordered_multimap<MemoryKey, size_t, MemoryKeyHash> stored_by_memory;
-  stored_by_memory.reserve(leaves.size());
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    const Tensor& tensor = leaves[i].value->tensor();
-    if (tensor.nbytes() == 0) continue;
-    const Buffer& buffer = tensor.buffer();
-    const MemoryKey key = buffer.deferred() ? MemoryKey{buffer.storage().get(), buffer.size(), true}
-                                            : MemoryKey{buffer.address(), buffer.size(), false};
-    const auto [begin, end] = stored_by_memory.equal_range(key);
-    for (auto candidate = begin; candidate != end; ++candidate) {
-      const Tensor& first = leaves[candidate->second].value->tensor();
-      if (first.dtype() == tensor.dtype() && first.shape() == tensor.shape() && first.same_memory(tensor)) {
-        tied_to[i] = candidate->second;
-        break;
-      }
-    }
-    if (tied_to[i] == kNotTied) stored_by_memory.emplace(key, i);
-  }
-  return tied_to;
 }
 
 // With extras, tied leaves become aliases of the first; without, every leaf

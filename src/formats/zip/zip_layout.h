@@ -15,6 +15,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace ckpt::zip_detail {
 
@@ -25,6 +26,8 @@ constexpr uint32_t kCentralHeaderSignature = 0x02014b50;      // "PK\1\2"
 constexpr uint32_t kZip64EndRecordSignature = 0x06064b50;     // "PK\6\6"
 constexpr uint32_t kZip64EndLocatorSignature = 0x07064b50;    // "PK\6\7"
 constexpr uint32_t kEndRecordSignature = 0x06054b50;          // "PK\5\6"
+// The same signature as the bytes in the file, to search for.
+constexpr std::string_view kEndRecordSignatureBytes{"PK\x05\x06", 4};
 
 // ---- Local file header, 30 bytes + name + extra (APPNOTE 4.3.7) ----
 constexpr size_t kLocalHeaderSize = 30;

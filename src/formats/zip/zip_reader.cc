@@ -167,6 +167,7 @@ ZipReader::Directory ZipReader::read_end_records() {
   const std::byte* end = data + *end_offset;
   comment_ = std::string_view(reinterpret_cast<const char*>(end + kEndRecordSize),
                               static_cast<size_t>(size - *end_offset - kEndRecordSize));
+  comment_offset_ = *end_offset + kEndRecordSize;
 
   if (load_u16(end + end_record::kDisk) != 0 || load_u16(end + end_record::kDirectoryDisk) != 0) {
     unsupported(file, "split (multi-disk) zip archives are not supported", *end_offset + end_record::kDisk);

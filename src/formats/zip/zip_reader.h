@@ -69,8 +69,10 @@ class ZipReader {
 
   // Where the central directory starts: every entry's data ends before it.
   uint64_t directory_offset() const noexcept { return directory_offset_; }
-  // The archive comment (the bytes after the end record).
+  // The archive comment (the bytes after the end record: a view of the
+  // mapping), and where it starts in the file.
   std::string_view comment() const noexcept { return comment_; }
+  uint64_t comment_offset() const noexcept { return comment_offset_; }
   const detail::MappedFile& file() const noexcept { return *file_; }
   const std::filesystem::path& path() const noexcept { return file_->path(); }
 
@@ -91,6 +93,7 @@ class ZipReader {
   std::unordered_map<std::string_view, size_t> index_;  // name (viewing entries_) → position
   uint64_t directory_offset_ = 0;
   std::string_view comment_;
+  uint64_t comment_offset_ = 0;
 };
 
 // True if `head` (the first bytes of a file) starts with a zip local file

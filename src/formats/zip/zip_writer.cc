@@ -27,6 +27,15 @@ ZipWriter::ZipWriter(ZipWriterOptions options) : options_(options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "zip alignment must be a power of two up to 32768, not " + std::to_string(alignment));
   }
+  if (options_.comment.size() > kMaxCommentLength) {
+    throw Error(ErrorCode::kInvalidArgument, "a zip archive comment has at most 65535 bytes, not " +
+                                                 std::to_string(options_.comment.size()));
+  }
+  if (options_.comment.find(kEndRecordSignatureBytes) != std::string::npos) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "a zip archive comment cannot hold the end record's signature PK\\5\\6 "
+                "(readers scanning for the end record would stop there)");
+  }
 }
 
 void ZipWriter::add(std::string name, std::string prefix, Buffer data) {
@@ -182,7 +191,8 @@ std::string ZipWriter::end_records(uint64_t directory_offset, uint64_t directory
   append_u16(out, count16);
   append_u32(out, static_cast<uint32_t>(std::min<uint64_t>(directory_size, kZip64Sentinel32)));
   append_u32(out, static_cast<uint32_t>(std::min<uint64_t>(directory_offset, kZip64Sentinel32)));
-  append_u16(out, 0);  // comment length
+  append_u16(out, static_cast<uint16_t>(options_.comment.size()));
+  out += options_.comment;
   return out;
 }
 

@@ -59,12 +59,18 @@ struct ZipWriterOptions {
   uint16_t zip64_end_made_by = kVersionZip64;
   // Threads for the data writes; 0 picks AtomicFile's default.
   unsigned threads = 0;
+  // The archive comment, written after the end record (empty: none). At most
+  // 65535 bytes (its length is a u16), and free of the end record's
+  // signature "PK\5\6": readers find the end record by scanning backwards
+  // for it (Python's zipfile takes the last one), so a comment holding it
+  // would hide the real one.
+  std::string comment;
 };
 
 class ZipWriter {
  public:
   // Throws Error{kInvalidArgument} for an alignment that is not a power of
-  // two up to 32768.
+  // two up to 32768, or a comment longer than 65535 bytes or holding "PK\5\6".
   explicit ZipWriter(ZipWriterOptions options = {});
 
   // Adds a stored entry whose bytes are `prefix` followed by `data` (for npz:
