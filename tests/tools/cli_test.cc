@@ -3,9 +3,6 @@
 // by field against trees the tests build with ckpt::save), and stderr being
 // exactly one line that names the file.
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 #include <simdjson.h>
@@ -20,60 +17,18 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/registry.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
-
-extern char** environ;
+#include "support/tool_run.h"
 
 namespace ckpt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct ToolRun {
-  int exit_code = -1;   // -1 if it did not exit normally
-  int signal = 0;       // the signal that ended it, if one did
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Runs the tool with `arguments` in `directory`, stdout and stderr captured.
-ToolRun run_tool(const fs::path& directory, const std::vector<std::string>& arguments) {
-  const std::string out_path = (directory / ".stdout").string();
-  const std::string err_path = (directory / ".stderr").string();
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addchdir_np(&actions, directory.c_str());
-
-  std::vector<std::string> storage = {CKPT_TOOL_PATH};
-  storage.insert(storage.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (std::string& argument : storage) argv.push_back(argument.data());
-  argv.push_back(nullptr);
-
-  ToolRun run;
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, CKPT_TOOL_PATH, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) {
-    ADD_FAILURE() << "cannot start " << CKPT_TOOL_PATH << ": " << std::strerror(spawned);
-    return run;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) run.signal = WTERMSIG(status);
-  run.out = read_file(out_path);
-  run.err = read_file(err_path);
-  return run;
-}
+using testing::read_file;
+using testing::run_tool;
+using testing::ToolRun;
 
 // stderr of a failed run: exactly one line, "ckpt: ...", mentioning `needle`.
 void expect_one_error_line(const ToolRun& run, const std::string& needle) {

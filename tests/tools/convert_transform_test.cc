@@ -2,9 +2,6 @@
 // --rename-table, --drop, --add-prefix, --strip-prefix), run as a subprocess
 // (CKPT_TOOL_PATH) in a temporary directory, as tests/tools/cli_test.cc does.
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <gtest/gtest.h>
 
@@ -16,50 +13,15 @@
 #include "ckpt/checkpoint.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
-
-extern char** environ;
+#include "support/tool_run.h"
 
 namespace ckpt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct ToolRun {
-  int exit_code = -1;  // -1 if it did not exit normally
-  std::string out;
-  std::string err;
-};
-
-// Runs the tool with `arguments` in `directory`, stdout and stderr captured.
-ToolRun run_tool(const fs::path& directory, const std::vector<std::string>& arguments) {
-  const std::string out_path = (directory / ".stdout").string();
-  const std::string err_path = (directory / ".stderr").string();
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addchdir_np(&actions, directory.c_str());
-  std::vector<std::string> storage = {CKPT_TOOL_PATH};
-  storage.insert(storage.end(), arguments.begin(), arguments.end());
-  std::vector<char*> argv;
-  for (std::string& argument : storage) argv.push_back(argument.data());
-  argv.push_back(nullptr);
-  ToolRun run;
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, CKPT_TOOL_PATH, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) {
-    ADD_FAILURE() << "cannot start " << CKPT_TOOL_PATH << ": " << std::strerror(spawned);
-    return run;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
-  run.out = testing::read_file(out_path);
-  run.err = testing::read_file(err_path);
-  return run;
-}
+using testing::run_tool;
+using testing::ToolRun;
 
 Tensor tensor_of(std::vector<float> values) {
   return Tensor::from_values<float>(DType::kFloat32, {static_cast<int64_t>(values.size())}, values);
