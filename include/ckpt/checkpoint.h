@@ -37,7 +37,9 @@ Contents open(const std::filesystem::path& path, const LoadOptions& options = {}
 // Throws Error{kIo} if a read fails.
 void materialize(Tree& tree, unsigned threads = 0);
 
-// The format of `path` by content (the extension only breaks ties).
+// The format of `path`: a format that claims the path itself (a TF bundle
+// prefix, a directory; Format::detect_path), else by content (the extension
+// only breaks ties).
 // Throws Error{kNotFound} / {kUnsupported}.
 const Format& detect(const std::filesystem::path& path);
 

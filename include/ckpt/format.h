@@ -103,6 +103,12 @@ class Format {
   // whole file if shorter) is in this format. `file_size` is the full size.
   virtual bool detect(std::span<const std::byte> head, uint64_t file_size) const = 0;
 
+  // Formats whose checkpoint is not one file (a TF bundle's prefix, an Orbax
+  // step directory): true if `path`, which need not exist as a file (a
+  // prefix), names one of theirs. Tried before detect(); the default says no.
+  // Must not throw for paths that are not theirs.
+  virtual bool detect_path(const std::filesystem::path& path) const { return false; }
+
   // Reads `path` lazily: tensors view a mapping of the file.
   // Throws Error{kCorrupt} (naming the file, entry and offset) if validation fails.
   virtual Contents read(const std::filesystem::path& path, const LoadOptions& options) const = 0;

@@ -98,6 +98,10 @@ void materialize(Tree& tree, unsigned threads) {
 
 const Format& detect(const std::filesystem::path& path) {
   return with_path(path, [&]() -> const Format& {
+    // Checkpoints that are a prefix or a directory rather than one file.
+    for (const Format* format : formats()) {
+      if (format->capabilities().read && format->detect_path(path)) return *format;
+    }
     const detail::FileHead head = detail::read_head(path);
     // The extension's format first, so that it breaks ties between formats
     // that both accept the bytes.
