@@ -224,7 +224,7 @@ TEST_F(ZipWriterTest, MatchesPythonZipfileForNpSavez) {
 }
 
 TEST_F(ZipWriterTest, ArchiveCommentFollowsTheEndRecord) {
-  for (const std::string comment : {std::string("a note"), std::string(zip_detail::kMaxCommentLength, 'c')}) {
+  for (const std::string& comment : {std::string("a note"), std::string(zip_detail::kMaxCommentLength, 'c')}) {
     ZipWriter writer({.alignment = 64, .comment = comment});
     writer.add("a", "", buffer_of("abc"));
     const auto path = write_archive(writer);
