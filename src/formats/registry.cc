@@ -6,8 +6,11 @@
 #include <string>
 
 #include "ckpt/error.h"
+#include "formats/flax/flax_format.h"
 #include "formats/numpy/numpy_format.h"
+#include "formats/orbax/orbax_format.h"
 #include "formats/safetensors/safetensors_format.h"
+#include "formats/tf/tf_format.h"
 #include "formats/torch/torch_format.h"
 
 namespace ckpt {
@@ -18,6 +21,9 @@ std::span<const Format* const> formats() {
       &npz_format(),
       &npy_format(),
       &torch_format(),
+      &tf_format(),
+      &flax_format(),
+      &orbax_format(),
   };
   return kFormats;
 }

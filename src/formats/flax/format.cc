@@ -1,0 +1,152 @@
+// The flax Format: detection by content (a Flax checkpoint_<step> has no
+// extension); reading in reader.cc, writing in writer.cc.
+
+#include "formats/flax/flax_format.h"
+
+#include <algorithm>
+
+#include "ckpt/error.h"
+#include "formats/flax/layout.h"
+#include "formats/flax/msgpack.h"
+
+namespace ckpt {
+namespace flax_detail {
+namespace {
+
+// Walks one value of the head, validating what it can see. Throws Error or
+// OutOfHead (see Cursor), or returns false for what a Flax file never holds.
+bool plausible_value(Cursor& cursor, size_t depth) {
+  if (depth > kMaxDepth) return false;
+  const Token token = cursor.next();
+  switch (token.kind) {
+    case TokenKind::kStr: {
+      // Strings and bytes are small in Flax files: one that runs past the
+      // head is more likely a random length than a Flax leaf.
+      const auto text = cursor.text(token);
+      return text && valid_utf8(*text);
+    }
+    case TokenKind::kBin: return cursor.payload(token).has_value();
+    case TokenKind::kArray:
+      for (uint64_t i = 0; i < token.count; ++i) {
+        if (!plausible_value(cursor, depth + 1)) return false;
+      }
+      return true;
+    case TokenKind::kMap:
+      for (uint64_t i = 0; i < token.count; ++i) {
+        const Token key = cursor.next();
+        if (key.kind == TokenKind::kStr) {
+          const auto text = cursor.text(key);
+          if (!text || !valid_utf8(*text)) return false;
+        } else if (depth == 0 && i == 0) {
+          return false;  // flax's keys are strings: the first one must be
+        } else if (key.kind != TokenKind::kUInt && key.kind != TokenKind::kInt) {
+          return false;
+        }
+        if (!plausible_value(cursor, depth + 1)) return false;
+      }
+      return true;
+    case TokenKind::kExt: {
+      if (token.ext_type != kExtNdarray && token.ext_type != kExtNpScalar) {
+        return token.ext_type == kExtNativeComplex || token.ext_type == kExtCkptAlias;
+      }
+      const auto payload = cursor.payload(token);
+      if (!payload) {
+        // Only its start is in the head: check (shape, dtype name, ...) there.
+        const auto seen = cursor.bytes().subspan(std::min<uint64_t>(token.data, cursor.bytes().size()));
+        Cursor inner(seen, token.size);
+        try {
+          const Token tuple = inner.next();
+          if (tuple.kind != TokenKind::kArray || tuple.count != 3) return false;
+          const Token shape = inner.next();
+          if (shape.kind != TokenKind::kArray) return false;
+          for (uint64_t i = 0; i < shape.count; ++i) {
+            if (inner.next().kind != TokenKind::kUInt) return false;
+          }
+          const Token name = inner.next();
+          const auto text = inner.text(name);
+          return name.kind == TokenKind::kStr && (!text || dtype_from_name(*text).has_value());
+        } catch (const OutOfHead&) {
+          return true;
+        }
+      }
+      Cursor inner(*payload, payload->size());
+      const Token tuple = inner.next();
+      if (tuple.kind != TokenKind::kArray || tuple.count != 3) return false;
+      const Token shape = inner.next();
+      if (shape.kind != TokenKind::kArray) return false;
+      for (uint64_t i = 0; i < shape.count; ++i) {
+        if (inner.next().kind != TokenKind::kUInt) return false;
+      }
+      const Token name = inner.next();
+      if (name.kind != TokenKind::kStr || !dtype_from_name(*inner.text(name))) return false;
+      const Token data = inner.next();
+      return data.kind == TokenKind::kBin && inner.at_end();
+    }
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+bool detect_head(std::span<const std::byte> head, uint64_t file_size) {
+  if (head.empty() || head.size() > file_size) return false;
+  const auto first = std::to_integer<uint8_t>(head[0]);
+  if ((first & 0xf0) != kFixmap && first != kMap16 && first != kMap32) return false;
+  Cursor cursor(head, file_size);
+  try {
+    if (!plausible_value(cursor, 0)) return false;
+    return cursor.at_end();  // one msgpack object, exactly the whole file
+  } catch (const OutOfHead&) {
+    return true;  // valid as far as the head reaches
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace flax_detail
+
+namespace {
+
+class FlaxFormat final : public Format {
+ public:
+  std::string_view id() const override { return "flax"; }
+  std::string_view description() const override {
+    return "Flax msgpack (flax.serialization.to_bytes, flax.training.checkpoints checkpoint_<step>)";
+  }
+  std::vector<std::string_view> extensions() const override { return {".msgpack"}; }
+  FormatCapabilities capabilities() const override {
+    return {.read = true, .write = true, .nested_tree = true, .checksums = false, .metadata = false};
+  }
+  std::vector<DType> dtypes() const override {
+    std::vector<DType> result;
+    for (const DTypeInfo& info : all_dtypes()) result.push_back(info.dtype);
+    return result;
+  }
+
+  bool detect(std::span<const std::byte> head, uint64_t file_size) const override {
+    return flax_detail::detect_head(head, file_size);
+  }
+
+  Contents read(const std::filesystem::path& path, const LoadOptions& options) const override {
+    return flax_detail::read_file(path, options);
+  }
+
+  void write(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) const override {
+    try {
+      flax_detail::write_file(path, tree, options);
+    } catch (Error& error) {
+      error.with_path(path);
+      throw;
+    }
+  }
+};
+
+}  // namespace
+
+const Format& flax_format() {
+  static const FlaxFormat kFormat;
+  return kFormat;
+}
+
+}  // namespace ckpt

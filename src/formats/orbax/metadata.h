@@ -1,0 +1,61 @@
+#pragma once
+// Orbax's JSON side files: `_METADATA` (the tree's structure: one entry per
+// leaf, keyed by the Python repr of its key tuple) and `_CHECKPOINT_METADATA`
+// (the step's handlers, timestamps and custom metadata). See
+// docs/formats/orbax.md.
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckpt/error.h"
+#include "ckpt/format.h"
+#include "ckpt/tree.h"
+
+namespace ckpt::orbax_detail {
+
+// Orbax's KeyType (orbax/checkpoint/_src/metadata/tree.py).
+constexpr int kKeyTypeSequence = 1;
+constexpr int kKeyTypeDict = 2;
+
+struct MetadataKey {
+  std::string name;
+  bool sequence = false;  // a list / tuple position; else a dict key
+};
+
+// One entry of tree_metadata.
+struct MetadataLeaf {
+  std::string tuple;  // "('params', 'dense', 'kernel')" as stored
+  std::vector<MetadataKey> keys;
+  std::string value_type;  // "jax.Array", "np.ndarray", "scalar", "string", "None", "Dict", "List"
+  bool skip_deserialize = false;
+  // Orbax's parameter name: the keys joined with "." (the zarr array's name).
+  std::string param_name() const;
+};
+
+// Parses `_METADATA`. Throws Error{kCorrupt} (with `context`, the entry set
+// to the offending tuple) if it is not JSON, lacks tree_metadata, or an entry
+// is not a tuple string agreeing with its key_metadata.
+std::vector<MetadataLeaf> parse_tree_metadata(std::string_view json, const ErrorContext& context);
+
+// Assembles the tree: dict keys give maps (in the order of first
+// appearance), sequence keys lists (ordered by index, which must run
+// 0..n-1). `value` gives each leaf. Throws Error{kCorrupt} when two entries
+// disagree about a container.
+Tree build_tree(const std::vector<MetadataLeaf>& leaves, const std::function<Tree(const MetadataLeaf&)>& value,
+                const ErrorContext& context);
+
+// `_CHECKPOINT_METADATA` flattened: nested objects joined with "."
+// ("item_handlers.default"), strings as they are, other values as JSON text.
+// Throws Error{kCorrupt} if it is not a JSON object.
+Metadata flatten_checkpoint_metadata(std::string_view json, const ErrorContext& context);
+
+// The item names `_CHECKPOINT_METADATA` lists in item_handlers (an object);
+// empty when item_handlers is a string (the step is the item) or absent.
+std::vector<std::string> item_names(std::string_view json);
+
+// Python's repr() of a tuple of strings: "('a', 'b')", "('a',)".
+std::string python_tuple_repr(const std::vector<std::string>& items);
+
+}  // namespace ckpt::orbax_detail

@@ -1,0 +1,250 @@
+#include "formats/orbax/reader.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "ckpt/cast.h"
+#include "ckpt/error.h"
+#include "formats/orbax/metadata.h"
+#include "formats/orbax/ocdbt_reader.h"
+#include "formats/orbax/zarr.h"
+#include "io/mapped_file.h"
+#include "io/parallel.h"
+
+namespace ckpt::orbax_detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_file(const fs::path& path) {
+  std::error_code error;
+  return fs::is_regular_file(path, error);
+}
+
+std::string read_text(const fs::path& path) {
+  const auto file = detail::MappedFile::open(path);
+  const auto bytes = file->bytes();
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+std::string_view as_text(const Buffer& buffer) {
+  return {reinterpret_cast<const char*>(buffer.data()), buffer.size()};
+}
+
+// One item directory: its arrays, in OCDBT or one folder each.
+class ItemReader {
+ public:
+  ItemReader(fs::path dir, unsigned threads) : dir_(std::move(dir)), threads_(threads) {}
+
+  Tree read() {
+    const fs::path metadata_path = dir_ / "_METADATA";
+    const std::vector<MetadataLeaf> leaves = parse_tree_metadata(read_text(metadata_path), {.path = metadata_path});
+    open_store();
+    // Arrays first, on several threads (zstd chunks are decoded here).
+    std::vector<const MetadataLeaf*> array_leaves;
+    for (const MetadataLeaf& leaf : leaves) {
+      if (holds_array(leaf)) array_leaves.push_back(&leaf);
+    }
+    std::vector<Tensor> tensors(array_leaves.size());
+    detail::parallel_for(array_leaves.size(), threads_, [&](size_t i, unsigned) { tensors[i] = array(*array_leaves[i]); });
+    for (size_t i = 0; i < array_leaves.size(); ++i) arrays_.emplace(array_leaves[i], std::move(tensors[i]));
+    return build_tree(leaves, [&](const MetadataLeaf& leaf) { return value(leaf); }, {.path = metadata_path});
+  }
+
+ private:
+  void open_store() {
+    if (is_file(dir_ / "manifest.ocdbt")) {
+      store_ = OcdbtStore::open(dir_);
+      return;
+    }
+    // Per-process databases that Orbax did not merge.
+    std::vector<fs::path> process_dirs;
+    std::error_code error;
+    for (const auto& child : fs::directory_iterator(dir_, error)) {
+      if (child.path().filename().string().starts_with("ocdbt.process_") && is_file(child.path() / "manifest.ocdbt")) {
+        process_dirs.push_back(child.path());
+      }
+    }
+    std::sort(process_dirs.begin(), process_dirs.end());
+    for (const fs::path& process_dir : process_dirs) {
+      if (!store_) {
+        store_ = OcdbtStore::open(process_dir);
+      } else {
+        try {
+          store_->merge(OcdbtStore::open(process_dir));
+        } catch (Error& e) {
+          throw e.with_path(process_dir);
+        }
+      }
+    }
+  }
+
+  static bool holds_array(const MetadataLeaf& leaf) {
+    return leaf.value_type == "jax.Array" || leaf.value_type == "np.ndarray" || leaf.value_type == "scalar";
+  }
+
+  Tree value(const MetadataLeaf& leaf) {
+    const std::string& type = leaf.value_type;
+    if (type == "None") return Tree();
+    if (type == "Dict") return Tree::map();
+    if (type == "List" || type == "Tuple") return Tree::list();
+    if (type == "string") return Tree(string_value(leaf));
+    if (type == "jax.Array" || type == "np.ndarray") return Tree(arrays_.at(&leaf));
+    if (type == "scalar") return scalar(leaf, arrays_.at(&leaf));
+    throw Error(ErrorCode::kUnsupported, "value_type '" + type + "' is not read by ckpt",
+                {.path = dir_ / "_METADATA", .entry = leaf.param_name()});
+  }
+
+  std::string string_value(const MetadataLeaf& leaf) {
+    const fs::path path = dir_ / "_strings.json";
+    if (!strings_) {
+      strings_.emplace();
+      simdjson::dom::parser parser;
+      simdjson::dom::object object;
+      if (parser.parse(read_text(path)).get_object().get(object)) {
+        throw Error(ErrorCode::kCorrupt, "_strings.json is not a JSON object", {.path = path});
+      }
+      for (const auto field : object) {
+        std::string_view text;
+        if (!field.value.get_string().get(text)) (*strings_)[std::string(field.key)] = std::string(text);
+      }
+    }
+    const auto found = strings_->find(leaf.param_name());
+    if (found == strings_->end()) {
+      throw Error(ErrorCode::kCorrupt, "the string is missing from _strings.json",
+                  {.path = path, .entry = leaf.param_name()});
+    }
+    return found->second;
+  }
+
+  // A Python scalar: stored as a 0-d array, read back as int, float or bool.
+  Tree scalar(const MetadataLeaf& leaf, const Tensor& tensor) {
+    if (tensor.numel() != 1 || !tensor.shape().empty()) {
+      throw Error(ErrorCode::kCorrupt, "a scalar's array is not 0-d", {.path = dir_, .entry = leaf.param_name()});
+    }
+    switch (tensor.dtype()) {
+      case DType::kBool:
+        return Tree(static_cast<bool>(tensor.bytes()[0] != std::byte{0}));
+      case DType::kInt8:
+      case DType::kInt16:
+      case DType::kInt32:
+      case DType::kInt64:
+      case DType::kUInt8:
+      case DType::kUInt16:
+      case DType::kUInt32:
+        return Tree(cast(tensor, DType::kInt64).values<int64_t>()[0]);
+      case DType::kFloat16:
+      case DType::kBFloat16:
+      case DType::kFloat32:
+      case DType::kFloat64:
+        return Tree(cast(tensor, DType::kFloat64).values<double>()[0]);
+      default:
+        return Tree(tensor);  // uint64, complex: kept as a 0-d tensor
+    }
+  }
+
+  Tensor array(const MetadataLeaf& leaf) {
+    const std::string name = leaf.param_name();
+    if (store_) {
+      const OcdbtValue* zarray = store_->find(name + "/.zarray");
+      if (zarray == nullptr) {
+        throw Error(ErrorCode::kCorrupt, "the OCDBT database has no key '" + name + "/.zarray'",
+                    {.path = dir_, .entry = name});
+      }
+      const ErrorContext context{.path = dir_, .entry = name};
+      const ZarrArray parsed = parse_zarray(as_text(store_->read(*zarray)), context);
+      return read_zarr_array(parsed, [&](const std::string& key) -> std::optional<Buffer> {
+        const OcdbtValue* chunk = store_->find(name + "/" + key);
+        if (chunk == nullptr) return std::nullopt;
+        return store_->read(*chunk);
+      }, context);
+    }
+    const fs::path array_dir = dir_ / name;
+    const fs::path zarray = array_dir / ".zarray";
+    if (!is_file(zarray)) {
+      throw Error(ErrorCode::kCorrupt, "the array has no .zarray file", {.path = zarray, .entry = name});
+    }
+    const ZarrArray parsed = parse_zarray(read_text(zarray), {.path = zarray, .entry = name});
+    return read_zarr_array(parsed, [&](const std::string& key) -> std::optional<Buffer> {
+      const fs::path chunk = array_dir / key;
+      if (!is_file(chunk)) return std::nullopt;
+      const auto file = detail::MappedFile::open(chunk);
+      return file->slice(0, file->size());
+    }, {.path = array_dir, .entry = name});
+  }
+
+  fs::path dir_;
+  unsigned threads_ = 0;
+  std::optional<OcdbtStore> store_;
+  std::map<const MetadataLeaf*, Tensor> arrays_;
+  std::optional<std::map<std::string, std::string>> strings_;
+};
+
+// The items of a step directory: those item_handlers names, else every
+// folder holding _METADATA, sorted.
+std::vector<std::string> step_items(const fs::path& step) {
+  std::vector<std::string> names;
+  for (const std::string& name : item_names(read_text(step / "_CHECKPOINT_METADATA"))) {
+    if (is_file(step / name / "_METADATA")) names.push_back(name);
+  }
+  if (!names.empty()) return names;
+  std::error_code error;
+  for (const auto& child : fs::directory_iterator(step, error)) {
+    if (is_file(child.path() / "_METADATA")) names.push_back(child.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+bool is_orbax_directory(const fs::path& path) noexcept {
+  try {
+    std::error_code error;
+    if (!fs::is_directory(path, error)) return false;
+    return fs::is_regular_file(path / "_METADATA", error) || fs::is_regular_file(path / "_CHECKPOINT_METADATA", error);
+  } catch (...) {
+    return false;
+  }
+}
+
+Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
+  std::error_code error;
+  if (!fs::exists(path, error)) throw Error(ErrorCode::kNotFound, "no such file or directory", {.path = path});
+  if (!is_orbax_directory(path)) {
+    throw Error(ErrorCode::kUnsupported, "not an Orbax checkpoint directory (no _METADATA or _CHECKPOINT_METADATA)",
+                {.path = path});
+  }
+  Contents contents;
+  contents.format = "orbax";
+  const fs::path checkpoint_metadata = path / "_CHECKPOINT_METADATA";
+  if (is_file(checkpoint_metadata)) {
+    contents.metadata = flatten_checkpoint_metadata(read_text(checkpoint_metadata), {.path = checkpoint_metadata});
+  }
+  if (is_file(path / "_METADATA")) {
+    contents.tree = ItemReader(path, options.threads).read();
+  } else {
+    const std::vector<std::string> items = step_items(path);
+    if (items.empty()) {
+      throw Error(ErrorCode::kCorrupt, "the step directory holds no item (no folder with _METADATA)", {.path = path});
+    }
+    if (items.size() == 1 && items[0] == "default") {
+      contents.tree = ItemReader(path / "default", options.threads).read();
+    } else {
+      contents.tree = Tree::map();
+      for (const std::string& item : items) contents.tree.set(item, ItemReader(path / item, options.threads).read());
+    }
+  }
+  for (const Tree::Leaf& leaf : contents.tree.tensor_leaves()) {
+    const Tensor& tensor = leaf.value->tensor();
+    contents.entries.push_back({.name = leaf.name, .dtype = tensor.dtype(), .shape = tensor.shape(),
+                                .nbytes = tensor.nbytes()});
+  }
+  return contents;
+}
+
+}  // namespace ckpt::orbax_detail

@@ -1,0 +1,26 @@
+#pragma once
+// Reading an Orbax checkpoint directory: a step directory (with
+// _CHECKPOINT_METADATA and one folder per item) or one item's directory
+// (with _METADATA), whose arrays are zarr v2, in an OCDBT database or one
+// folder per array.
+
+#include <filesystem>
+
+#include "ckpt/format.h"
+
+namespace ckpt::orbax_detail {
+
+// True if `path` is a directory holding _METADATA or _CHECKPOINT_METADATA.
+// Never throws.
+bool is_orbax_directory(const std::filesystem::path& path) noexcept;
+
+// The tree of `path`: an item's tree as _METADATA describes it; a step's
+// tree is {item name: item tree}, or the item's tree itself when the only
+// item is "default" (Orbax's name for the unnamed item). Contents.metadata
+// is _CHECKPOINT_METADATA flattened (see metadata.h).
+// Throws Error{kNotFound} if `path` does not exist, {kUnsupported} if it is
+// not an Orbax directory or holds what ckpt does not read, {kCorrupt} naming
+// the file and entry for any defect.
+Contents read_checkpoint(const std::filesystem::path& path, const LoadOptions& options);
+
+}  // namespace ckpt::orbax_detail

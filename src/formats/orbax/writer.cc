@@ -1,0 +1,335 @@
+#include "formats/orbax/writer.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "ckpt/error.h"
+#include "core/json_writer.h"
+#include "formats/orbax/metadata.h"
+#include "formats/orbax/reader.h"
+#include "formats/orbax/zarr.h"
+#include "io/atomic_file.h"
+#include "io/parallel.h"
+
+namespace ckpt::orbax_detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Orbax's handler for a PyTree item (its _CHECKPOINT_METADATA names it).
+constexpr std::string_view kPyTreeHandler = "orbax.checkpoint._src.handlers.pytree_checkpoint_handler.PyTreeCheckpointHandler";
+
+// Names Orbax and OCDBT use inside an item directory.
+bool reserved(std::string_view name) {
+  static const std::set<std::string_view> kNames = {"_METADATA", "_CHECKPOINT_METADATA", "_strings.json", "_sharding",
+                                                    "array_metadatas", "d", "manifest.ocdbt", "commit_success.txt",
+                                                    ".", ".."};
+  return kNames.contains(name) || name.starts_with("ocdbt.process_");
+}
+
+// One leaf as Orbax stores it.
+struct PlannedLeaf {
+  std::vector<MetadataKey> keys;
+  std::string name;        // Orbax's parameter name
+  std::string value_type;  // "np.ndarray", "scalar", "string", "None", "Dict", "List"
+  Tensor array;            // arrays and scalars
+  std::string text;        // strings
+};
+
+[[noreturn]] void unsupported(const std::string& message, const std::string& entry) {
+  throw Error(ErrorCode::kUnsupported, message, {.entry = entry});
+}
+
+void plan(const Tree& node, std::vector<MetadataKey>& keys, std::vector<PlannedLeaf>& out) {
+  PlannedLeaf leaf;
+  leaf.keys = keys;
+  leaf.name = MetadataLeaf{.keys = keys}.param_name();
+  const auto scalar = [&](DType dtype, const void* value) {
+    leaf.value_type = "scalar";
+    leaf.array = Tensor::from_bytes(dtype, {}, {static_cast<const std::byte*>(value), dtype_size(dtype)});
+  };
+  switch (node.kind()) {
+    case Tree::Kind::kMap:
+    case Tree::Kind::kList:
+      if (node.size() == 0 && !keys.empty()) {
+        leaf.value_type = node.is_map() ? "Dict" : "List";
+        break;
+      }
+      for (const TreeEntry& entry : node.entries()) {
+        if (node.is_map() && !std::holds_alternative<std::string>(entry.key)) {
+          unsupported("Orbax holds string dict keys only, not the integer key " + key_to_string(entry.key),
+                      leaf.name);
+        }
+        const std::string key = key_to_string(entry.key);
+        if (key.empty() || key.find('/') != std::string::npos) {
+          unsupported("an Orbax key must be non-empty and free of \"/\": '" + key + "'", leaf.name);
+        }
+        keys.push_back({key, node.is_list()});
+        plan(entry.value, keys, out);
+        keys.pop_back();
+      }
+      return;
+    case Tree::Kind::kTensor:
+      leaf.value_type = "np.ndarray";
+      leaf.array = node.tensor();
+      break;
+    case Tree::Kind::kNone:
+      leaf.value_type = "None";
+      break;
+    case Tree::Kind::kBool: {
+      const bool value = node.boolean();
+      scalar(DType::kBool, &value);
+      break;
+    }
+    case Tree::Kind::kInt: {
+      const int64_t value = node.integer();
+      scalar(DType::kInt64, &value);
+      break;
+    }
+    case Tree::Kind::kFloat: {
+      const double value = node.real();
+      scalar(DType::kFloat64, &value);
+      break;
+    }
+    case Tree::Kind::kString:
+      leaf.value_type = "string";
+      leaf.text = node.string();
+      break;
+    case Tree::Kind::kBytes:
+      unsupported("Orbax has no place for raw bytes", leaf.name);
+  }
+  if (keys.empty()) unsupported("an Orbax checkpoint's root must be a map or a list, not a single leaf", "");
+  out.push_back(std::move(leaf));
+}
+
+std::string tree_metadata_json(const std::vector<PlannedLeaf>& leaves) {
+  detail::JsonWriter out;
+  out.begin_object();
+  out.key("tree_metadata");
+  out.begin_object();
+  for (const PlannedLeaf& leaf : leaves) {
+    std::vector<std::string> names;
+    for (const MetadataKey& key : leaf.keys) names.push_back(key.name);
+    out.key(python_tuple_repr(names));
+    out.begin_object();
+    out.key("key_metadata");
+    out.begin_array();
+    for (const MetadataKey& key : leaf.keys) {
+      out.begin_object();
+      out.key("key");
+      out.string(key.name);
+      out.key("key_type");
+      out.integer(key.sequence ? kKeyTypeSequence : kKeyTypeDict);
+      out.end_object();
+    }
+    out.end_array();
+    out.key("value_metadata");
+    out.begin_object();
+    out.key("value_type");
+    out.string(leaf.value_type);
+    out.key("skip_deserialize");
+    out.boolean(leaf.value_type == "None" || leaf.value_type == "Dict" || leaf.value_type == "List");
+    out.end_object();
+    out.end_object();
+  }
+  out.end_object();
+  out.key("use_ocdbt");
+  out.boolean(false);
+  out.key("use_zarr3");
+  out.boolean(false);
+  out.key("store_array_data_equal_to_fill_value");
+  out.boolean(true);
+  out.key("custom_metadata");
+  out.null();
+  out.end_object();
+  return out.take();
+}
+
+std::string checkpoint_metadata_json() {
+  detail::JsonWriter out;
+  out.begin_object();
+  out.key("item_handlers");
+  out.string(kPyTreeHandler);
+  out.key("metrics");
+  out.begin_object();
+  out.end_object();
+  out.key("performance_metrics");
+  out.begin_object();
+  out.end_object();
+  out.key("custom_metadata");
+  out.begin_object();
+  out.end_object();
+  out.end_object();
+  return out.take();
+}
+
+// Files inside the temporary directory are not synced one by one (10,000
+// arrays would cost 20,000 fsyncs): write_checkpoint syncs the file system
+// once before the rename.
+void write_whole_file(const fs::path& path, std::span<const std::byte> bytes, const SaveOptions& options) {
+  detail::AtomicFile file(path, {.fsync = false});
+  if (!bytes.empty()) file.write_parallel({{.bytes = bytes, .offset = 0}}, 1);
+  file.commit();
+}
+
+void write_text(const fs::path& path, std::string_view text, const SaveOptions& options) {
+  write_whole_file(path, std::as_bytes(std::span(text)), options);
+}
+
+[[noreturn]] void throw_io(const fs::path& path, const std::string& what, int error) {
+  throw Error(ErrorCode::kIo, what + ": " + std::strerror(error), {.path = path});
+}
+
+// fsync(directory), or syncfs() of its whole file system when `everything`:
+// every file and directory written under it reaches the disk.
+void sync_directory(const fs::path& directory, bool everything = false) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw_io(directory, "cannot open directory to sync it", errno);
+  const int result = everything ? ::syncfs(fd) : ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (result != 0 && error != EINVAL) throw_io(directory, "cannot sync directory", error);
+}
+
+// "<parent>/.<name>.ckpt-tmp-<random>/", removed with its contents unless
+// released.
+class TemporaryDirectory {
+ public:
+  explicit TemporaryDirectory(const fs::path& final_path) {
+    std::random_device device;
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      char suffix[17];
+      std::snprintf(suffix, sizeof suffix, "%08x%08x", device(), device());
+      std::string name = ".";
+      name += final_path.filename().string();
+      name += ".ckpt-tmp-";
+      name += suffix;
+      path_ = final_path.parent_path() / name;
+      if (::mkdir(path_.c_str(), 0755) == 0) return;
+      if (errno != EEXIST) {
+        const int error = errno;
+        path_.clear();
+        if (error == ENOENT) throw Error(ErrorCode::kNotFound, "the parent directory does not exist", {.path = final_path});
+        throw_io(final_path, "cannot create the temporary directory", error);
+      }
+    }
+    path_.clear();
+    throw Error(ErrorCode::kIo, "cannot create a unique temporary directory", {.path = final_path});
+  }
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  ~TemporaryDirectory() {
+    std::error_code ignored;
+    if (!path_.empty()) fs::remove_all(path_, ignored);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Puts `temporary` at `path`: a rename, or an exchange with the checkpoint
+// already there (which then lies at `temporary`, to be removed).
+void install(const fs::path& temporary, const fs::path& path) {
+  std::error_code error;
+  if (!fs::exists(path, error)) {
+    if (::rename(temporary.c_str(), path.c_str()) != 0) throw_io(path, "cannot rename the new checkpoint into place", errno);
+    return;
+  }
+  if (::syscall(SYS_renameat2, AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) return;
+  if (errno != EINVAL && errno != ENOSYS) throw_io(path, "cannot exchange the new checkpoint with the old", errno);
+  // No RENAME_EXCHANGE on this file system: an empty old directory can be
+  // replaced by rename; a checkpoint is moved aside first (not atomic).
+  const fs::path aside = temporary.string() + "-old";
+  if (::rename(path.c_str(), aside.c_str()) != 0) throw_io(path, "cannot move the old checkpoint aside", errno);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int failure = errno;
+    ::rename(aside.c_str(), path.c_str());
+    throw_io(path, "cannot rename the new checkpoint into place", failure);
+  }
+  fs::rename(aside, temporary, error);
+}
+
+void check_target(const fs::path& path) {
+  std::error_code error;
+  if (!fs::exists(path, error)) return;
+  if (!fs::is_directory(path, error)) {
+    throw Error(ErrorCode::kInvalidArgument, "an Orbax checkpoint is a directory; refusing to replace this file",
+                {.path = path});
+  }
+  if (!is_orbax_directory(path) && !fs::is_empty(path, error)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "refusing to replace a non-empty directory that is not an Orbax checkpoint", {.path = path});
+  }
+}
+
+}  // namespace
+
+void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions& options) {
+  std::vector<PlannedLeaf> leaves;
+  std::vector<MetadataKey> keys;
+  if (!tree.is_container()) unsupported("an Orbax checkpoint's root must be a map or a list, not a single leaf", "");
+  plan(tree, keys, leaves);
+  std::set<std::string> names;
+  bool has_strings = false;
+  for (const PlannedLeaf& leaf : leaves) {
+    if (!names.insert(leaf.name).second) {
+      unsupported("two leaves share the Orbax parameter name '" + leaf.name + "' (keys joined with \".\")", leaf.name);
+    }
+    if (reserved(leaf.name)) unsupported("'" + leaf.name + "' is a name Orbax reserves for its own files", leaf.name);
+    has_strings = has_strings || leaf.value_type == "string";
+  }
+  check_target(path);
+
+  TemporaryDirectory temporary(path);
+  const fs::path& root = temporary.path();
+  write_text(root / "_METADATA", tree_metadata_json(leaves), options);
+  write_text(root / "_CHECKPOINT_METADATA", checkpoint_metadata_json(), options);
+  if (has_strings) {
+    detail::JsonWriter strings;
+    strings.begin_object();
+    for (const PlannedLeaf& leaf : leaves) {
+      if (leaf.value_type != "string") continue;
+      strings.key(leaf.name);
+      strings.string(leaf.text);
+    }
+    strings.end_object();
+    write_text(root / "_strings.json", strings.text(), options);
+  }
+  std::vector<const PlannedLeaf*> arrays;
+  for (const PlannedLeaf& leaf : leaves) {
+    if (leaf.value_type == "np.ndarray" || leaf.value_type == "scalar") arrays.push_back(&leaf);
+  }
+  detail::parallel_for(arrays.size(), options.threads, [&](size_t i, unsigned) {
+    const PlannedLeaf& leaf = *arrays[i];
+    const Tensor& tensor = leaf.array;
+    if (tensor.nbytes() != tensor.numel() * dtype_size(tensor.dtype())) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor's buffer does not match its dtype and shape", {.entry = leaf.name});
+    }
+    const fs::path array_dir = root / leaf.name;
+    if (::mkdir(array_dir.c_str(), 0755) != 0) throw_io(array_dir, "cannot create the array's directory", errno);
+    // zarr chunks are positive: an empty array states chunks of 1 and stores none.
+    Shape chunks = tensor.shape();
+    for (int64_t& dimension : chunks) dimension = std::max<int64_t>(dimension, 1);
+    const std::string zarray = zarray_json(tensor.dtype(), tensor.shape(), chunks, false, 0);
+    write_text(array_dir / ".zarray", zarray, options);
+    if (tensor.numel() > 0) {
+      ZarrArray layout;
+      layout.shape = tensor.shape();
+      write_whole_file(array_dir / chunk_key(layout, std::vector<int64_t>(tensor.ndim(), 0)), tensor.bytes(), options);
+    }
+  });
+  if (options.fsync) sync_directory(root, true);
+  install(root, path);
+  if (options.fsync) sync_directory(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+}
+
+}  // namespace ckpt::orbax_detail

@@ -1,0 +1,40 @@
+#pragma once
+// Writing an Orbax checkpoint: one item directory in the per-array zarr v2
+// layout (use_ocdbt=False), with _METADATA and _CHECKPOINT_METADATA as Orbax
+// writes them. See docs/formats/orbax.md.
+
+#include <filesystem>
+
+#include "ckpt/format.h"
+
+namespace ckpt::orbax_detail {
+
+// capabilities().write.
+inline constexpr bool kWriterReady = true;
+
+// Writes `tree` as one Orbax item directory at `path` (what
+// ocp.PyTreeCheckpointer(use_ocdbt=False).save(path, tree) writes, minus
+// _sharding, which numpy arrays do not need): _METADATA, _CHECKPOINT_METADATA
+// (without timestamps, so that a save is deterministic), _strings.json when
+// the tree holds strings, and per array `<name>/.zarray` plus one
+// uncompressed chunk covering the array (`<name>/0.0`; "0" when 0-d).
+// Tensors are np.ndarray leaves; bool, int and float leaves Python scalars
+// (0-d "|b1", "<i8", "<f8" arrays); none, empty maps and empty lists keep
+// their kinds.
+//
+// Atomic: everything is written under "<parent>/.<name>.ckpt-tmp-<random>/"
+// (with options.fsync, made durable by one syncfs() of that file system
+// rather than an fsync per file), which then replaces `path` with one rename
+// (renameat2 RENAME_EXCHANGE when `path` is an existing checkpoint, whose
+// old copy is removed afterwards), and the parent is fsynced: a reader sees
+// the old checkpoint or the new one, never a mixture. A failure
+// leaves `path` as it was and removes the temporary directory.
+//
+// Throws Error{kUnsupported} naming the entry for what Orbax cannot hold
+// (bytes, integer map keys, a root that is not a map or list, two leaves
+// with one Orbax parameter name, keys with "/"), {kInvalidArgument} if `path`
+// is something other than an Orbax checkpoint or an empty directory, {kIo}
+// if writing fails.
+void write_checkpoint(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);
+
+}  // namespace ckpt::orbax_detail

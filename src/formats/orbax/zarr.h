@@ -1,0 +1,53 @@
+#pragma once
+// zarr v2 arrays as Orbax (through tensorstore's zarr driver) writes them:
+// a `.zarray` JSON document and chunks named by their grid index
+// ("0.0", or "0" for a 0-d array), each zstd-compressed or raw, C order,
+// little-endian. See docs/formats/orbax.md.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ckpt/buffer.h"
+#include "ckpt/error.h"
+#include "ckpt/tensor.h"
+
+namespace ckpt::orbax_detail {
+
+struct ZarrArray {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  Shape chunks;
+  bool zstd = false;        // compressor {"id": "zstd"}; false: null
+  Tensor fill;              // 0-d fill value of `dtype`; no data when fill_value is null
+  char separator = '.';     // dimension_separator
+};
+
+// Parses a `.zarray` document. Throws Error{kCorrupt} (with `context`) for
+// JSON that is not a valid zarr v2 array, {kUnsupported} for what ckpt does
+// not read (big-endian or structured dtypes, other compressors, filters,
+// Fortran order).
+ZarrArray parse_zarray(std::string_view json, const ErrorContext& context);
+
+// The key of the chunk at grid position `index` ("0" for a 0-d array).
+std::string chunk_key(const ZarrArray& array, std::span<const int64_t> index);
+
+// A chunk's stored bytes by key (relative to the array), or nullopt if the
+// chunk was never written.
+using ChunkSource = std::function<std::optional<Buffer>(const std::string& key)>;
+
+// Assembles the whole array. An uncompressed array of one chunk covering it
+// is a view of the stored bytes (no copy); otherwise the chunks are decoded
+// into one heap buffer. Missing chunks read as the fill value (zeros when it
+// is null), as tensorstore reads them. Throws Error{kCorrupt} naming the
+// chunk when its bytes disagree with the metadata.
+Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context);
+
+// The `.zarray` document ckpt writes (keys sorted, as tensorstore writes
+// them): fill_value null, order C, dimension_separator ".", compressor
+// zstd at `zstd_level` or null.
+std::string zarray_json(DType dtype, const Shape& shape, const Shape& chunks, bool zstd, int zstd_level);
+
+}  // namespace ckpt::orbax_detail

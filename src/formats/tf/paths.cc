@@ -1,0 +1,141 @@
+#include "formats/tf/paths.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "ckpt/error.h"
+#include "formats/tf/index_table.h"
+#include "formats/tf/layout.h"
+#include "formats/tf/tensor_bundle.pb.h"
+#include "io/atomic_file.h"
+
+namespace ckpt::tf_detail {
+
+using tf::CheckpointState;
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_file(const fs::path& path) {
+  std::error_code error;
+  return fs::is_regular_file(path, error);
+}
+
+// True if `index` is a file that ends with the table magic.
+bool looks_like_index(const fs::path& index, bool require_magic) {
+  if (!is_file(index)) return false;
+  if (!require_magic) return true;
+  std::ifstream in(index, std::ios::binary);
+  if (!in.seekg(-static_cast<std::streamoff>(kTableFooterSize), std::ios::end)) return false;
+  std::byte footer[kTableFooterSize];
+  if (!in.read(reinterpret_cast<char*>(footer), kTableFooterSize)) return false;
+  return has_table_magic(footer);
+}
+
+std::optional<CheckpointState> read_state(const fs::path& file, bool throwing) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    if (throwing) throw Error(ErrorCode::kIo, "cannot read the checkpoint state file", {.path = file});
+    return std::nullopt;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  CheckpointState state;
+  google::protobuf::TextFormat::Parser parser;
+  parser.AllowUnknownField(true);
+  if (!parser.ParseFromString(text.str(), &state)) {
+    if (throwing) throw Error(ErrorCode::kCorrupt, "checkpoint state file is not a CheckpointState in text format", {.path = file});
+    return std::nullopt;
+  }
+  return state;
+}
+
+fs::path latest_in(const fs::path& directory, const CheckpointState& state) {
+  const fs::path latest(state.model_checkpoint_path());
+  return latest.is_absolute() ? latest : directory / latest;
+}
+
+}  // namespace
+
+std::optional<fs::path> find_prefix(const fs::path& path, bool require_magic) noexcept {
+  try {
+    std::error_code error;
+    if (fs::is_directory(path, error)) {
+      const fs::path state_file = path / kStateFileName;
+      if (is_file(state_file)) {
+        const auto state = read_state(state_file, false);
+        if (!state || state->model_checkpoint_path().empty()) return std::nullopt;
+        const fs::path prefix = latest_in(path, *state);
+        if (!looks_like_index(index_path(prefix), require_magic)) return std::nullopt;
+        return prefix;
+      }
+      // A SavedModel directory: its variables are the bundle variables/variables.
+      const fs::path saved_model_variables = path / kSavedModelVariables;
+      if (looks_like_index(index_path(saved_model_variables), require_magic)) return saved_model_variables;
+    }
+    const std::string text = path.string();
+    if (text.size() > 6 && text.ends_with(".index") && looks_like_index(path, require_magic)) {
+      return fs::path(text.substr(0, text.size() - 6));
+    }
+    if (looks_like_index(index_path(path), require_magic)) return path;
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
+fs::path resolve_prefix(const fs::path& path) {
+  if (auto prefix = find_prefix(path, false)) return *prefix;
+  std::error_code error;
+  if (fs::is_directory(path, error)) {
+    const fs::path state_file = path / kStateFileName;
+    if (!is_file(state_file)) {
+      throw Error(ErrorCode::kNotFound, "directory holds no 'checkpoint' state file", {.path = path});
+    }
+    const CheckpointState state = *read_state(state_file, true);
+    throw Error(ErrorCode::kNotFound,
+                "the latest checkpoint named by the state file has no .index file",
+                {.path = state_file, .entry = state.model_checkpoint_path()});
+  }
+  throw Error(ErrorCode::kNotFound, "no such tensor bundle (neither the prefix's .index nor the file exists)",
+              {.path = path});
+}
+
+fs::path prefix_for_write(const fs::path& path) {
+  const std::string text = path.string();
+  if (text.size() > 6 && text.ends_with(".index")) return text.substr(0, text.size() - 6);
+  return path;
+}
+
+void update_state_file(const fs::path& prefix, bool fsync) {
+  const fs::path directory = prefix.has_parent_path() ? prefix.parent_path() : fs::path(".");
+  const fs::path state_file = directory / kStateFileName;
+  if (!is_file(state_file)) return;
+  CheckpointState state = *read_state(state_file, true);
+  const std::string name = prefix.filename().string();
+  const bool timestamped = state.all_model_checkpoint_timestamps_size() == state.all_model_checkpoint_paths_size() &&
+                           state.all_model_checkpoint_paths_size() > 0;
+  CheckpointState updated;
+  for (int i = 0; i < state.all_model_checkpoint_paths_size(); ++i) {
+    if (state.all_model_checkpoint_paths(i) == name) continue;
+    updated.add_all_model_checkpoint_paths(state.all_model_checkpoint_paths(i));
+    if (timestamped) updated.add_all_model_checkpoint_timestamps(state.all_model_checkpoint_timestamps(i));
+  }
+  updated.set_model_checkpoint_path(name);
+  updated.add_all_model_checkpoint_paths(name);
+  if (timestamped) {
+    const auto now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch());
+    updated.add_all_model_checkpoint_timestamps(now.count());
+  }
+  updated.set_last_preserved_timestamp(state.last_preserved_timestamp());
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(updated, &text);
+  detail::AtomicFile file(state_file, {.fsync = fsync});
+  file.write_at(std::as_bytes(std::span(text)), 0);
+  file.commit();
+}
+
+}  // namespace ckpt::tf_detail

@@ -1,0 +1,36 @@
+#pragma once
+// Which files a tensor bundle is: the paths a user may give for one, and the
+// `checkpoint` state file (a CheckpointState in protobuf text format) that
+// names the latest bundle of a directory.
+
+#include <filesystem>
+#include <optional>
+
+namespace ckpt::tf_detail {
+
+// The bundle prefix that `path` names, or nullopt: `path` itself when
+// "<path>.index" is a file; "<path>" minus ".index" when `path` is the
+// .index file; for a directory holding a `checkpoint` state file, its
+// model_checkpoint_path (relative to the directory unless absolute); for a
+// SavedModel directory, its "variables/variables" bundle. Cheap
+// checks only (the .index file must exist and end with LevelDB's table
+// magic, unless `require_magic` is false); never throws.
+std::optional<std::filesystem::path> find_prefix(const std::filesystem::path& path, bool require_magic) noexcept;
+
+// As find_prefix(path, false), for reading. Throws Error{kNotFound} naming
+// `path` (or the state file's entry) when no bundle is there, {kCorrupt} if
+// the state file cannot be parsed.
+std::filesystem::path resolve_prefix(const std::filesystem::path& path);
+
+// The prefix that saving to `path` writes: `path` minus a ".index" suffix.
+std::filesystem::path prefix_for_write(const std::filesystem::path& path);
+
+// If the directory of `prefix` already holds a `checkpoint` state file,
+// rewrites it (atomically) with model_checkpoint_path = the prefix's file
+// name, which is also appended to all_model_checkpoint_paths (moved to the
+// end if already listed; a timestamp is appended when the file keeps one per
+// path). Without a state file nothing is written.
+// Throws Error{kCorrupt} if the state file cannot be parsed, {kIo}.
+void update_state_file(const std::filesystem::path& prefix, bool fsync);
+
+}  // namespace ckpt::tf_detail

@@ -1,0 +1,334 @@
+// Malformed TensorFlow bundles, one defect at a time (like llama.cpp's
+// test-gguf.cpp), each expecting its error code, a message naming the check
+// that fired, and the file (the .index or the shard) and entry it concerns.
+
+#include <gtest/gtest.h>
+
+#include "ckpt/error.h"
+#include "formats/tf/tf_format.h"
+#include "formats/tf_test_builder.h"
+#include "support/temp_dir.h"
+
+namespace ckpt {
+namespace {
+
+namespace tfb = testing::tf;
+using tf_detail::IndexRecord;
+
+const std::string kKey = "layer/kernel";
+const std::string kSixFloats(24, '\x01');
+
+// A valid bundle: one float32 [2, 3] tensor, plus what a case changes.
+struct Bundle {
+  std::string header = tfb::header();
+  tfb::EntrySpec entry{.dtype = 1, .shape = {2, 3}, .size = 24, .crc = tfb::masked_crc_of(kSixFloats)};
+  std::string data = kSixFloats;
+  std::vector<IndexRecord> extra;  // more records, sorted after kKey
+  bool with_header = true;
+  int shards = 1;
+};
+
+class TfMalformedTest : public ::testing::Test {
+ protected:
+  std::filesystem::path prefix() const { return dir_ / "model.ckpt-1"; }
+
+  void write(const Bundle& bundle) {
+    std::vector<IndexRecord> records;
+    if (bundle.with_header) records.emplace_back("", bundle.header);
+    records.emplace_back(kKey, tfb::entry(bundle.entry));
+    for (const IndexRecord& record : bundle.extra) records.push_back(record);
+    std::vector<std::string> shards(static_cast<size_t>(bundle.shards), std::string());
+    shards[0] = bundle.data;
+    tfb::write_bundle(prefix(), records, shards);
+  }
+
+  // Reads the bundle and returns the error; the error must name `file` (a
+  // file name in dir_) and, when given, `entry`, and its message must hold
+  // `fragment` (so that an earlier check cannot mask a missing one).
+  Error error_of(std::string_view fragment, std::string_view file, std::string_view entry, bool verify = false) {
+    try {
+      tf_format().read(prefix(), {.verify = verify});
+    } catch (const Error& error) {
+      EXPECT_NE(error.message().find(fragment), std::string::npos) << error.what();
+      EXPECT_EQ(error.context().path.filename().string(), file) << error.what();
+      if (!entry.empty()) {
+        EXPECT_EQ(error.context().entry, entry) << error.what();
+      }
+      return error;
+    }
+    ADD_FAILURE() << "the bundle was accepted";
+    return Error(ErrorCode::kIo, "accepted");
+  }
+  ErrorCode code(const Bundle& bundle, std::string_view fragment, std::string_view file = "model.ckpt-1.index",
+                 std::string_view entry = kKey, bool verify = false) {
+    write(bundle);
+    return error_of(fragment, file, entry, verify).code();
+  }
+
+  // Rewrites the .index file with `edit` applied to its bytes.
+  template <class Edit>
+  ErrorCode index_edited(Edit edit, std::string_view fragment) {
+    write(Bundle{});
+    const auto path = tf_detail::index_path(prefix());
+    std::string bytes = testing::read_file(path);
+    edit(bytes);
+    testing::write_file(path, bytes);
+    return error_of(fragment, "model.ckpt-1.index", "").code();
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(TfMalformedTest, TheValidBaseIsAccepted) {
+  write(Bundle{});
+  const Contents contents = tf_format().read(prefix(), {.verify = true});
+  EXPECT_EQ(contents.tree.at("layer.kernel").tensor().shape(), (Shape{2, 3}));
+}
+
+TEST_F(TfMalformedTest, BadTableMagic) {
+  EXPECT_EQ(index_edited([](std::string& bytes) { bytes.back() ^= 1; }, "magic"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, IndexShorterThanTheFooter) {
+  EXPECT_EQ(index_edited([](std::string& bytes) { bytes.resize(20); }, "footer"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, TruncatedIndexKeepingTheFooter) {
+  // Drop the first bytes: the block handles then point past the data.
+  EXPECT_EQ(index_edited([](std::string& bytes) { bytes.erase(0, 10); }, "runs past"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, BlockCrcMismatch) {
+  // Byte 5 lies inside the first data block (the header's value).
+  EXPECT_EQ(index_edited([](std::string& bytes) { bytes[5] ^= 0x40; }, "checksum"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, MissingHeader) {
+  Bundle bundle;
+  bundle.with_header = false;
+  EXPECT_EQ(code(bundle, "header entry", "model.ckpt-1.index", kKey), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, HeaderIsNotAProto) {
+  Bundle bundle;
+  bundle.header = "\xff\xff\xff";
+  EXPECT_EQ(code(bundle, "BundleHeaderProto", "model.ckpt-1.index", ""), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, ZeroShards) {
+  Bundle bundle;
+  bundle.header = tfb::header({.num_shards = 0});
+  EXPECT_EQ(code(bundle, "num_shards", "model.ckpt-1.index", ""), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, BadEndianness) {
+  Bundle bundle;
+  bundle.header = tfb::header({.endianness = 7});
+  EXPECT_EQ(code(bundle, "endianness", "model.ckpt-1.index", ""), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, BigEndianIsUnsupported) {
+  Bundle bundle;
+  bundle.header = tfb::header({.endianness = 1});
+  EXPECT_EQ(code(bundle, "big-endian", "model.ckpt-1.index", ""), ErrorCode::kUnsupported);
+}
+
+TEST_F(TfMalformedTest, NewerVersion) {
+  Bundle bundle;
+  bundle.header = tfb::header({.producer = 2, .min_consumer = 2});
+  EXPECT_EQ(code(bundle, "version", "model.ckpt-1.index", ""), ErrorCode::kUnsupported);
+}
+
+TEST_F(TfMalformedTest, EntryIsNotAProto) {
+  Bundle bundle;
+  write(bundle);
+  tfb::write_bundle(prefix(), {{"", tfb::header()}, {kKey, "\x0a\xff"}}, {kSixFloats});
+  EXPECT_EQ(error_of("BundleEntryProto", "model.ckpt-1.index", kKey).code(), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, InvalidDType) {
+  Bundle bundle;
+  bundle.entry.dtype = 0;
+  EXPECT_EQ(code(bundle, "not a valid"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, DTypeCkptLacks) {
+  Bundle bundle;
+  bundle.entry.dtype = 20;  // DT_RESOURCE
+  EXPECT_EQ(code(bundle, "not supported"), ErrorCode::kUnsupported);
+}
+
+TEST_F(TfMalformedTest, UnknownRank) {
+  Bundle bundle;
+  bundle.entry.unknown_rank = true;
+  EXPECT_EQ(code(bundle, "unknown rank"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, NegativeDimension) {
+  Bundle bundle;
+  bundle.entry.shape = {2, -3};
+  EXPECT_EQ(code(bundle, "negative"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, ShapeOverflow) {
+  Bundle bundle;
+  bundle.entry.shape = {int64_t{1} << 40, int64_t{1} << 40};
+  EXPECT_EQ(code(bundle, "overflows"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, SizeDisagreesWithShape) {
+  Bundle bundle;
+  bundle.entry.size = 20;
+  EXPECT_EQ(code(bundle, "differs"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, ShardIdOutsideNumShards) {
+  Bundle bundle;
+  bundle.entry.shard = 1;
+  EXPECT_EQ(code(bundle, "outside"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, ShardMissing) {
+  write(Bundle{});
+  std::filesystem::remove(tf_detail::shard_path(prefix(), 0, 1));
+  EXPECT_EQ(error_of("missing", "model.ckpt-1.data-00000-of-00001", kKey).code(), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, NumShardsDisagreesWithTheFiles) {
+  // The header says two shards; the files on disk are "-of-00001".
+  Bundle bundle;
+  bundle.header = tfb::header({.num_shards = 2});
+  EXPECT_EQ(code(bundle, "missing", "model.ckpt-1.data-00000-of-00002"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, EntryPastTheShard) {
+  Bundle bundle;
+  bundle.entry.offset = 8;
+  EXPECT_EQ(code(bundle, "past the shard", "model.ckpt-1.data-00000-of-00001"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, NegativeOffset) {
+  Bundle bundle;
+  bundle.entry.offset = -8;
+  EXPECT_EQ(code(bundle, "negative offset"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, DataCrcMismatchUnderVerify) {
+  Bundle bundle;
+  bundle.data[3] ^= 0x10;
+  write(bundle);
+  EXPECT_NO_THROW(tf_format().read(prefix(), {}));  // cheap checks only
+  EXPECT_EQ(error_of("CRC-32C mismatch", "model.ckpt-1.data-00000-of-00001", kKey, true).code(),
+            ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, SlicedEntryWithoutItsSlices) {
+  Bundle bundle;
+  // slices { extent { start: 0 length: 2 } extent { } }: no slice entries stored.
+  bundle.entry.extra = tfb::field_bytes(7, tfb::field_bytes(1, tfb::field_varint(2, 2)) + tfb::field_bytes(1, ""));
+  EXPECT_EQ(code(bundle, "slices listed"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, SliceOutsideTheShape) {
+  Bundle bundle;
+  // slices { extent { start: 1 length: 2 } extent { } } of a [2, 3] tensor.
+  bundle.entry.extra = tfb::field_bytes(
+      7, tfb::field_bytes(1, tfb::field_varint(1, 1) + tfb::field_varint(2, 2)) + tfb::field_bytes(1, ""));
+  EXPECT_EQ(code(bundle, "outside the tensor's shape"), ErrorCode::kCorrupt);
+}
+
+// String tensors: a 2-element DT_STRING entry whose stored bytes are `data`.
+Bundle string_bundle(std::string data, int64_t size_delta = 0) {
+  Bundle bundle;
+  bundle.entry = {.dtype = 7, .shape = {2}, .size = static_cast<int64_t>(data.size()) + size_delta,
+                  .crc = tfb::masked_crc_of(data)};
+  bundle.data = std::move(data);
+  return bundle;
+}
+
+TEST_F(TfMalformedTest, StringLengthsFailTheirCrc) {
+  std::string data = tfb::string_tensor({"ab", "cde"});
+  data[2] ^= 1;  // the first byte of the lengths' CRC
+  EXPECT_EQ(code(string_bundle(data), "CRC-32C", "model.ckpt-1.data-00000-of-00001"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, StringLengthsExceedTheBytes) {
+  std::string data = tfb::string_tensor({"ab", "cde"});
+  data[1] = 0x7f;  // the second length: 127 bytes
+  EXPECT_EQ(code(string_bundle(data), "longer than", "model.ckpt-1.data-00000-of-00001"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, StringBytesDoNotAddUp) {
+  std::string data = tfb::string_tensor({"ab", "cde"}) + "xyz";
+  EXPECT_EQ(code(string_bundle(data), "add up", "model.ckpt-1.data-00000-of-00001"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, StringVarintNeverEnds) {
+  std::string data(16, '\xff');
+  EXPECT_EQ(code(string_bundle(data), "varint", "model.ckpt-1.data-00000-of-00001"), ErrorCode::kCorrupt);
+}
+
+// Every single-byte change and every truncation of the .index, and every
+// byte change of the shard: an Error or a valid read, never a crash or
+// another exception (LevelDB's reader trusts block handles; ckpt checks them).
+TEST_F(TfMalformedTest, EveryByteOfTheIndexAndShardIsChecked) {
+  Bundle bundle;
+  const std::string strings = tfb::string_tensor({"ab", "cde"});
+  bundle.data = kSixFloats + strings;
+  bundle.extra.emplace_back("names", tfb::entry({.dtype = 7, .shape = {2}, .offset = 24,
+                                                 .size = static_cast<int64_t>(strings.size())}));
+  write(bundle);
+  const auto index_path = tf_detail::index_path(prefix());
+  const auto shard_path = tf_detail::shard_path(prefix(), 0, 1);
+  const std::string index = testing::read_file(index_path);
+  const std::string data = testing::read_file(shard_path);
+  size_t rejected = 0;
+  auto attempt = [&](const std::string& index_bytes, const std::string& data_bytes) {
+    testing::write_file(index_path, index_bytes);
+    testing::write_file(shard_path, data_bytes);
+    try {
+      tf_format().read(prefix(), {.verify = true});
+    } catch (const Error&) {
+      ++rejected;
+    }
+  };
+  for (size_t i = 0; i < index.size(); ++i) {
+    for (int pattern : {0x01, 0x80, 0xff}) {
+      std::string changed = index;
+      changed[i] = static_cast<char>(changed[i] ^ pattern);
+      attempt(changed, data);
+    }
+    attempt(index.substr(0, i), data);
+  }
+  for (size_t i = 0; i < data.size(); ++i) {
+    std::string changed = data;
+    changed[i] = static_cast<char>(changed[i] ^ 0x20);
+    attempt(index, changed);
+  }
+  EXPECT_GT(rejected, index.size() * 3) << "most changes are caught";
+}
+
+TEST_F(TfMalformedTest, IndexHandlePastTheFile) {
+  // The footer's index handle claims 2^62 bytes: refused before LevelDB reads.
+  write(Bundle{});
+  const auto path = tf_detail::index_path(prefix());
+  std::string bytes = testing::read_file(path);
+  const size_t footer = bytes.size() - tf_detail::kTableFooterSize;
+  std::string handles = tfb::varint(0) + tfb::varint(0) + tfb::varint(0) + tfb::varint(uint64_t{1} << 62);
+  handles.resize(40, '\0');
+  bytes.replace(footer, 40, handles);
+  testing::write_file(path, bytes);
+  EXPECT_EQ(error_of("runs past", "model.ckpt-1.index", "").code(), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, NoBundleAtAll) {
+  try {
+    tf_format().read(dir_ / "absent", {});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kNotFound) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace ckpt
