@@ -5,6 +5,9 @@
 //   load_s      open with lazy=false: every tensor read into fresh heap memory
 //   save_s      write the materialized tree to DIR/ckpt-save.<ext> (no fsync)
 //   save_fsync_s  the same with fsync (ckpt's default)
+//   read_s      plain read() of every file of the checkpoint (the file, a TF
+//               prefix's files, or everything under an Orbax directory) into
+//               one buffer: what the bytes cost without any format
 // Each is the best of --repeats runs.
 //
 //   build/ckpt_bench file PATH [--repeats N] [--dir DIR] [--threads N]
@@ -13,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +35,41 @@ double best_seconds(int repeats, Body body) {
     best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
   }
   return best;
+}
+
+// The files of the checkpoint at `path`: the file itself, the files of a TF
+// prefix (PATH.index, PATH.data-*), or every file under a directory.
+std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path& path) {
+  std::vector<std::filesystem::path> files;
+  if (std::filesystem::is_directory(path)) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(path)) {
+      if (entry.is_regular_file()) files.push_back(entry.path());
+    }
+  } else if (std::filesystem::is_regular_file(path)) {
+    files.push_back(path);
+  } else {
+    const std::string stem = path.filename().string() + ".";
+    for (const auto& entry : std::filesystem::directory_iterator(path.parent_path().empty() ? "." : path.parent_path())) {
+      if (entry.is_regular_file() && entry.path().filename().string().starts_with(stem)) files.push_back(entry.path());
+    }
+  }
+  return files;
+}
+
+// Reads every file of the checkpoint into one heap buffer with read().
+void read_all(const std::filesystem::path& path) {
+  const auto files = checkpoint_files(path);
+  size_t total = 0;
+  for (const auto& file : files) total += std::filesystem::file_size(file);
+  const std::unique_ptr<char[]> buffer(new char[total]);  // uninitialized, as ckpt's own heap blocks
+  size_t at = 0;
+  for (const auto& file : files) {
+    std::FILE* in = std::fopen(file.c_str(), "rb");
+    if (in == nullptr) continue;
+    at += std::fread(buffer.get() + at, 1, total - at, in);
+    std::fclose(in);
+  }
+  if (at != total) std::fprintf(stderr, "bench: short read\n");
 }
 
 }  // namespace
@@ -68,13 +107,17 @@ int bench_file_main(int argc, char** argv) {
     loaded.for_each_tensor([](ckpt::Tensor& tensor) {
       if (tensor.buffer().kind() == ckpt::StorageKind::kMapped) std::abort();
     });
-    const std::filesystem::path out = dir / ("ckpt-save" + path.extension().string());
+    // Each save into a fresh folder: a checkpoint may be several files (a TF
+    // prefix) or a directory (Orbax).
+    const std::filesystem::path out_dir = dir / "ckpt-save";
+    const std::filesystem::path out = out_dir / ("state" + path.extension().string());
     const ckpt::SaveOptions options{.format = std::string(ckpt::open(path).format), .fsync = false, .threads = threads};
     double save_s = 1e100;
     double save_fsync_s = 1e100;
     for (int i = 0; i < repeats; ++i) {
       for (bool sync : {false, true}) {
-        std::filesystem::remove(out);  // deleting the last copy is not part of a save
+        std::filesystem::remove_all(out_dir);  // deleting the last copy is not part of a save
+        std::filesystem::create_directories(out_dir);
         ckpt::SaveOptions o = options;
         o.fsync = sync;
         const auto start = Clock::now();
@@ -83,10 +126,11 @@ int bench_file_main(int argc, char** argv) {
         (sync ? save_fsync_s : save_s) = std::min(sync ? save_fsync_s : save_s, t);
       }
     }
-    std::filesystem::remove(out);
+    std::filesystem::remove_all(out_dir);
+    const double read_s = best_seconds(repeats, [&] { read_all(path); });
     std::printf("{\"tensors\": %zu, \"bytes\": %llu, \"open_s\": %.9f, \"load_s\": %.9f, \"save_s\": %.9f, "
-                "\"save_fsync_s\": %.9f}\n",
-                tensors, static_cast<unsigned long long>(bytes), open_s, load_s, save_s, save_fsync_s);
+                "\"save_fsync_s\": %.9f, \"read_s\": %.9f}\n",
+                tensors, static_cast<unsigned long long>(bytes), open_s, load_s, save_s, save_fsync_s, read_s);
   } catch (const ckpt::Error& error) {
     std::fprintf(stderr, "bench: %s\n", error.what());
     return 1;
