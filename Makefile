@@ -12,7 +12,7 @@ JOBS       ?= $(shell nproc)
 export CC  ?= cc
 export CXX ?= g++
 
-.PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch bench-python bench-restore python clean
+.PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch bench-python bench-restore bench-formats python clean
 
 all: build
 
@@ -53,6 +53,7 @@ bench: build python
 	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
 	$(PYTHON) bench/bench_python.py --bench $(BUILD)/ckpt_bench
 	$(PYTHON) bench/bench_restore.py
+	$(PYTHON) bench/bench_formats.py --bench $(BUILD)/ckpt_bench
 
 bench-torch: build
 	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
@@ -65,3 +66,6 @@ clean:
 
 bench-restore: python
 	$(PYTHON) bench/bench_restore.py
+
+bench-formats: build
+	$(PYTHON) bench/bench_formats.py --bench $(BUILD)/ckpt_bench
