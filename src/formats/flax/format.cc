@@ -13,6 +13,25 @@ namespace ckpt {
 namespace flax_detail {
 namespace {
 
+// An ext 1/3 payload: (shape of unsigned ints, a known dtype name, bytes).
+// Not `whole`: only its start is in the head, and a name cut off by the
+// head's end passes.
+bool plausible_array_payload(Cursor& inner, bool whole) {
+  const Token tuple = inner.next();
+  if (tuple.kind != TokenKind::kArray || tuple.count != 3) return false;
+  const Token shape = inner.next();
+  if (shape.kind != TokenKind::kArray) return false;
+  for (uint64_t i = 0; i < shape.count; ++i) {
+    if (inner.next().kind != TokenKind::kUInt) return false;
+  }
+  const Token name = inner.next();
+  const auto text = inner.text(name);
+  if (name.kind != TokenKind::kStr || (text ? !dtype_from_name(*text).has_value() : whole)) return false;
+  if (!whole) return true;
+  const Token data = inner.next();
+  return data.kind == TokenKind::kBin && inner.at_end();
+}
+
 // Walks one value of the head, validating what it can see. Throws Error or
 // OutOfHead (see Cursor), or returns false for what a Flax file never holds.
 bool plausible_value(Cursor& cursor, size_t depth) {
@@ -55,32 +74,13 @@ bool plausible_value(Cursor& cursor, size_t depth) {
         const auto seen = cursor.bytes().subspan(std::min<uint64_t>(token.data, cursor.bytes().size()));
         Cursor inner(seen, token.size);
         try {
-          const Token tuple = inner.next();
-          if (tuple.kind != TokenKind::kArray || tuple.count != 3) return false;
-          const Token shape = inner.next();
-          if (shape.kind != TokenKind::kArray) return false;
-          for (uint64_t i = 0; i < shape.count; ++i) {
-            if (inner.next().kind != TokenKind::kUInt) return false;
-          }
-          const Token name = inner.next();
-          const auto text = inner.text(name);
-          return name.kind == TokenKind::kStr && (!text || dtype_from_name(*text).has_value());
+          return plausible_array_payload(inner, /*whole=*/false);
         } catch (const OutOfHead&) {
           return true;
         }
       }
       Cursor inner(*payload, payload->size());
-      const Token tuple = inner.next();
-      if (tuple.kind != TokenKind::kArray || tuple.count != 3) return false;
-      const Token shape = inner.next();
-      if (shape.kind != TokenKind::kArray) return false;
-      for (uint64_t i = 0; i < shape.count; ++i) {
-        if (inner.next().kind != TokenKind::kUInt) return false;
-      }
-      const Token name = inner.next();
-      if (name.kind != TokenKind::kStr || !dtype_from_name(*inner.text(name))) return false;
-      const Token data = inner.next();
-      return data.kind == TokenKind::kBin && inner.at_end();
+      return plausible_array_payload(inner, /*whole=*/true);
     }
     default:
       return true;
