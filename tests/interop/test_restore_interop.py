@@ -225,3 +225,33 @@ def test_shape_dtype_struct_targets_restore_jax_arrays(tmp_path):
     bad = {"w": jax.ShapeDtypeStruct((3, 3), np.float32)}
     with pytest.raises(ckpt.MismatchError, match=r"shape mismatched \(1\): w"):
         ckpt.restore(bad, path, only="w")
+
+
+def test_a_train_state_restores_from_a_checkpoint_flax_itself_wrote_before_the_new_field(tmp_path):
+    jax = pytest.importorskip("jax")
+    optax = pytest.importorskip("optax")
+    pytest.importorskip("flax")
+    from flax import linen
+    from flax.serialization import to_bytes
+    from flax.training import train_state
+
+    model = linen.Dense(3)
+    params = model.init(jax.random.PRNGKey(0), jax.numpy.ones((1, 2)))["params"]
+    old = train_state.TrainState.create(apply_fn=model.apply, params=params, tx=optax.sgd(0.1, momentum=0.9))
+    old = old.apply_gradients(grads=jax.tree_util.tree_map(jax.numpy.ones_like, old.params))
+    path = tmp_path / "checkpoint_1"
+    path.write_bytes(to_bytes(old))  # what flax.training.checkpoints writes: msgpack, no extension
+
+    class NewState(train_state.TrainState):
+        dropout_rng: Any = ckpt.field(default_factory=lambda: jax.random.PRNGKey(7))
+
+    fresh = NewState.create(apply_fn=model.apply, params=model.init(jax.random.PRNGKey(1), jax.numpy.ones((1, 2)))[
+        "params"], tx=optax.sgd(0.1, momentum=0.9))
+    report = ckpt.restore(fresh, path)
+    assert report.defaulted == ["dropout_rng"] and report.ok
+    restored = report.tree
+    assert int(restored.step) == 1
+    np.testing.assert_array_equal(np.asarray(restored.dropout_rng), np.asarray(jax.random.PRNGKey(7)))
+    for a, b in zip(jax.tree_util.tree_leaves((restored.params, restored.opt_state)),
+                    jax.tree_util.tree_leaves((old.params, old.opt_state))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
