@@ -21,6 +21,7 @@
 namespace ckpt {
 namespace {
 
+using testing::checkpoint_files;
 using testing::read_file;
 
 Tree state_of(float fill, int64_t elements) {
@@ -30,17 +31,6 @@ Tree state_of(float fill, int64_t elements) {
   Tree tree = Tree::map();
   tree.set("w", tensor);
   return tree;
-}
-
-// Every file under `dir` (a checkpoint may be several files, as a TF bundle's
-// prefix.index + prefix.data-*, or a directory, as Orbax's), by relative path,
-// with its bytes.
-std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
-  std::map<std::string, std::string> files;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file()) files[entry.path().lexically_relative(dir).string()] = read_file(entry.path());
-  }
-  return files;
 }
 
 class SaveAtomicTest : public ::testing::TestWithParam<const Format*> {};
@@ -53,7 +43,7 @@ TEST_P(SaveAtomicTest, InjectedWriteFailureKeepsThePreviousFile) {
   const SaveOptions options{.format = std::string(format.id())};
   const Tree old_state = format.capabilities().single_tensor ? Tree(state_of(1, 1000).at("w").tensor()) : state_of(1, 1000);
   save(path, old_state, options);
-  const auto before = snapshot(dir.path());
+  const auto before = checkpoint_files(dir.path());
   ASSERT_FALSE(before.empty());
 
   const Tree new_state = format.capabilities().single_tensor ? Tree(state_of(2, 1 << 20).at("w").tensor()) : state_of(2, 1 << 20);
@@ -68,7 +58,7 @@ TEST_P(SaveAtomicTest, InjectedWriteFailureKeepsThePreviousFile) {
       EXPECT_EQ(error.code(), ErrorCode::kIo) << error.what();
       EXPECT_NE(std::string(error.what()).find("state.ckpt"), std::string::npos) << error.what();
     }
-    EXPECT_EQ(snapshot(dir.path()), before) << "the previous checkpoint changed, or a temporary was left behind";
+    EXPECT_EQ(checkpoint_files(dir.path()), before) << "the previous checkpoint changed, or a temporary was left behind";
     EXPECT_TRUE(load(path, {.format = std::string(format.id())}) == old_state);
   }
 }
@@ -81,7 +71,7 @@ TEST_P(SaveAtomicTest, FileSizeLimitFailureKeepsThePreviousFile) {
   const SaveOptions options{.format = std::string(format.id())};
   const Tree old_state = format.capabilities().single_tensor ? Tree(state_of(1, 100).at("w").tensor()) : state_of(1, 100);
   save(path, old_state, options);
-  const auto before = snapshot(dir.path());
+  const auto before = checkpoint_files(dir.path());
   ASSERT_FALSE(before.empty());
 
   struct rlimit old_limit;
@@ -101,7 +91,7 @@ TEST_P(SaveAtomicTest, FileSizeLimitFailureKeepsThePreviousFile) {
   setrlimit(RLIMIT_FSIZE, &old_limit);
   signal(SIGXFSZ, old_handler);
   EXPECT_TRUE(threw);
-  EXPECT_EQ(snapshot(dir.path()), before) << "the previous checkpoint changed, or a temporary was left behind";
+  EXPECT_EQ(checkpoint_files(dir.path()), before) << "the previous checkpoint changed, or a temporary was left behind";
 }
 
 TEST(SaveTest, MissingDirectoryIsNotFoundAndUnknownFormatUnsupported) {

@@ -7,52 +7,21 @@
 
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
 #include "support/files.h"
+#include "support/random_tensor.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
 namespace {
 
-// Deterministic pseudo-random bytes: every bit pattern (NaN payloads,
-// subnormals, negative zero) is exercised, not only "nice" values.
-Tensor random_tensor(DType dtype, Shape shape, uint32_t seed) {
-  Tensor tensor = Tensor::empty(dtype, std::move(shape));
-  std::mt19937 random(seed);
-  for (std::byte& b : tensor.mutable_bytes()) b = static_cast<std::byte>(random());
-  if (dtype == DType::kBool) {
-    for (std::byte& b : tensor.mutable_bytes()) b = static_cast<std::byte>(static_cast<int>(b) & 1);
-  }
-  return tensor;
-}
-
+using testing::checkpoint_files;
+using testing::random_tensor;
 using testing::read_file;
-
-// The bytes of every file of the checkpoint at `path`, by file name: the
-// file and the files beside it named "<its stem>.*" (a TF bundle's
-// PREFIX.index and PREFIX.data-*), or every file under `path` when it is a
-// directory (by path relative to it).
-std::map<std::string, std::string> checkpoint_files(const std::filesystem::path& path) {
-  std::map<std::string, std::string> files;
-  if (std::filesystem::is_directory(path)) {
-    for (const auto& item : std::filesystem::recursive_directory_iterator(path)) {
-      if (item.is_regular_file()) files[item.path().lexically_relative(path).string()] = read_file(item.path());
-    }
-    return files;
-  }
-  files[path.filename().string()] = read_file(path);
-  const std::string stem = path.stem().string() + ".";
-  for (const auto& item : std::filesystem::directory_iterator(path.parent_path())) {
-    const std::string name = item.path().filename().string();
-    if (item.is_regular_file() && name.starts_with(stem)) files[name] = read_file(item.path());
-  }
-  return files;
-}
 
 class ConformanceTest : public ::testing::TestWithParam<const Format*> {
  protected:

@@ -3,10 +3,10 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/registry.h"
+#include "support/random_tensor.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -16,12 +16,7 @@ using Pair = std::tuple<const Format*, const Format*>;
 
 class ConvertPairsTest : public ::testing::TestWithParam<Pair> {};
 
-Tensor random_tensor(DType dtype, Shape shape, uint32_t seed) {
-  Tensor tensor = Tensor::empty(dtype, std::move(shape));
-  std::mt19937 random(seed);
-  for (std::byte& b : tensor.mutable_bytes()) b = static_cast<std::byte>(random());
-  return tensor;
-}
+using testing::random_tensor;
 
 std::filesystem::path path_for(const std::filesystem::path& dir, const Format& format, const std::string& stem) {
   const auto extensions = format.extensions();

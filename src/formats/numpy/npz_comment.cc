@@ -8,6 +8,7 @@
 
 #include "ckpt/error.h"
 #include "core/json_writer.h"
+#include "formats/extras_json.h"
 #include "formats/numpy/npy_layout.h"
 #include "formats/zip/zip_layout.h"
 
@@ -17,7 +18,6 @@ namespace {
 constexpr std::string_view kCommentEnd = "}}";  // closes "aliases" and the document
 
 using simdjson::dom::element;
-using simdjson::dom::element_type;
 using simdjson::dom::object;
 
 }  // namespace
@@ -68,25 +68,8 @@ std::optional<std::vector<NpzAlias>> read_npz_comment(std::string_view comment, 
   object fields;
   if (root.get_object().get(fields)) bad("not a JSON object");
   std::optional<element> version, aliases_value;
-  for (const simdjson::dom::key_value_pair field : fields) {
-    std::optional<element>* slot = field.key == kNpzVersionField   ? &version
-                                   : field.key == kNpzAliasesField ? &aliases_value
-                                                                   : nullptr;
-    if (slot == nullptr) continue;  // fields of later minor additions are ignored
-    if (*slot) bad("duplicate field \"" + std::string(field.key) + "\"");
-    *slot = field.value;
-  }
-  int64_t version_number = 0;
-  if (!version || version->type() != element_type::INT64 || version->get_int64().get(version_number) ||
-      version_number < 1) {
-    bad("\"version\" is missing or not a positive integer");
-  }
-  if (version_number > kNpzCommentVersion) {
-    throw Error(ErrorCode::kUnsupported,
-                "written by a newer ckpt (comment version " + std::to_string(version_number) +
-                    ", this reader knows up to " + std::to_string(kNpzCommentVersion) + ")",
-                context);
-  }
+  detail::read_fields(fields, {{kNpzVersionField, &version}, {kNpzAliasesField, &aliases_value}}, bad);
+  detail::read_version(version, kNpzCommentVersion, "comment", context, bad);
   if (!aliases_value) bad("\"aliases\" is missing");
   object entries;
   if (aliases_value->get_object().get(entries)) bad("\"aliases\" is not an object");

@@ -15,6 +15,7 @@
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
+#include "formats/extras_json.h"
 #include "formats/safetensors/layout.h"
 #include "formats/tree_json.h"
 #include "io/mapped_file.h"
@@ -342,29 +343,16 @@ class Reader {
     object fields;
     if (root.get_object().get(fields)) bad("not a JSON object");
     std::optional<element> version, tree, checksum, checksums, dtypes, aliases_value;
-    for (const simdjson::dom::key_value_pair field : fields) {
-      std::optional<element>* slot = field.key == kVersionField     ? &version
-                                     : field.key == kTreeField      ? &tree
-                                     : field.key == kChecksumField  ? &checksum
-                                     : field.key == kChecksumsField ? &checksums
-                                     : field.key == kDTypesField    ? &dtypes
-                                     : field.key == kAliasesField   ? &aliases_value
-                                                                    : nullptr;
-      if (slot == nullptr) continue;  // fields of later minor additions are ignored
-      if (*slot) bad("duplicate field \"" + std::string(field.key) + "\"");
-      *slot = field.value;
-    }
-    int64_t version_number = 0;
-    if (!version || version->type() != element_type::INT64 || version->get_int64().get(version_number) ||
-        version_number < 1) {
-      bad("\"version\" is missing or not a positive integer");
-    }
-    if (version_number > kCkptVersion) {
-      throw Error(ErrorCode::kUnsupported,
-                  "written by a newer ckpt (extras version " + std::to_string(version_number) +
-                      ", this reader knows up to " + std::to_string(kCkptVersion) + ")",
-                  {.path = path_, .entry = entry});
-    }
+    detail::read_fields(fields,
+                        {{kVersionField, &version},
+                         {kTreeField, &tree},
+                         {kChecksumField, &checksum},
+                         {kChecksumsField, &checksums},
+                         {kDTypesField, &dtypes},
+                         {kAliasesField, &aliases_value}},
+                        bad);
+    const int64_t version_number =
+        detail::read_version(version, kCkptVersion, "extras", {.path = path_, .entry = entry}, bad);
     if (!tree) bad("\"tree\" is missing");
     contents.format_version = static_cast<int>(version_number);
 
