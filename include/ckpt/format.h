@@ -75,6 +75,12 @@ struct SaveOptions {
   bool fsync = true;
   // Threads for the positioned writes; 0 picks min(hardware threads, 4).
   unsigned threads = 0;
+  // 0: one shard. Formats whose checkpoint is split into data shards (TF
+  // bundles: PREFIX.data-0000K-of-0000N) start a new shard before a tensor
+  // would take the current one past this many bytes; a tensor of more bytes
+  // gets a shard of its own. Shards hold whole tensors, in the writer's
+  // order. Formats that write one file (all others) ignore it.
+  uint64_t max_shard_bytes = 0;
 };
 
 struct FormatCapabilities {

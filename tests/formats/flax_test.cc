@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -149,6 +152,238 @@ TEST_F(FlaxTest, LargeArraysAreChunkedAsFlaxChunksThem) {
   in_list.push_back(big);
   flax_detail::write_file(dir_ / "list", in_list, {}, 16);
   EXPECT_EQ(testing::read_file(dir_ / "list").find("__msgpack"), std::string::npos);
+}
+
+std::string from_hex(std::string_view hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) bytes.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  return bytes;
+}
+
+Tensor arange(DType dtype, Shape shape) {
+  Tensor tensor = Tensor::empty(dtype, std::move(shape));
+  const size_t element = dtype_size(dtype);
+  for (uint64_t i = 0; i < tensor.numel(); ++i) {
+    const uint64_t value = i;
+    if (dtype == DType::kFloat64) {
+      const double real = static_cast<double>(i);
+      std::memcpy(tensor.mutable_bytes().data() + i * element, &real, element);
+    } else {
+      std::memcpy(tensor.mutable_bytes().data() + i * element, &value, element);  // little-endian
+    }
+  }
+  return tensor;
+}
+
+// Files flax 0.12.8 wrote with flax.serialization.MAX_CHUNK_SIZE lowered:
+// msgpack_serialize(tree, in_place=True).hex(). ckpt writes the same bytes
+// with the same chunk size and reads every array back whole.
+TEST_F(FlaxTest, ChunkedArraysAreFlaxsBytesAtASmallChunkSize) {
+  struct Case {
+    const char* name;
+    Tree tree;
+    uint64_t max_chunk_size;
+    const char* hex;
+  };
+  // {"w": np.arange(6, dtype=np.int16)}, MAX_CHUNK_SIZE 4: chunks of 2 elements.
+  Tree int16s = Tree::map();
+  int16s.set("w", arange(DType::kInt16, {6}));
+  // {"z": np.array(1.5 + 2j)}, MAX_CHUNK_SIZE 8 below the 16-byte itemsize: one
+  // element per chunk, and a 0-d array's shape is an empty map.
+  Tree complex_scalar = Tree::map();
+  const double parts[2] = {1.5, 2.0};
+  complex_scalar.set("z", Tensor::from_bytes(DType::kComplex128, {}, std::as_bytes(std::span(parts))));
+  // {"params": {"dense": {"kernel": arange(10, uint8).reshape(2, 5)}},
+  //  "list": [arange(10, uint8), {"inner": arange(10, uint8)}], "small": arange(4, uint8)},
+  // MAX_CHUNK_SIZE 4: the kernel is chunked 4 + 4 + 2; arrays in a list,
+  // and in a map inside a list, are not; 4 bytes are not more than 4.
+  Tree nested = Tree::map();
+  nested.set("params", Tree::map()).set("dense", Tree::map()).set("kernel", arange(DType::kUInt8, {2, 5}));
+  Tree list = Tree::list();
+  list.push_back(arange(DType::kUInt8, {10}));
+  Tree inner = Tree::map();
+  inner.set("inner", arange(DType::kUInt8, {10}));
+  list.push_back(inner);
+  nested.set("list", list);
+  nested.set("small", arange(DType::kUInt8, {4}));
+  const std::vector<Case> cases = {
+      {"int16", int16s, 4,
+       "81a17783b95f5f6d73677061636b5f6368756e6b65645f61727261795f5fc3a5736861706581a13006a66368756e6b7383a130c70f"
+       "01939102a5696e743136c40400000100a131c70f01939102a5696e743136c40402000300a132c70f01939102a5696e743136c40404"
+       "000500"},
+      // np.arange(3, dtype=np.float64) as the root, MAX_CHUNK_SIZE 8.
+      {"root", Tree(arange(DType::kFloat64, {3})), 8,
+       "83b95f5f6d73677061636b5f6368756e6b65645f61727261795f5fc3a5736861706581a13003a66368756e6b7383a130c7150193"
+       "9101a7666c6f61743634c4080000000000000000a131c71501939101a7666c6f61743634c408000000000000f03fa132c7150193"
+       "9101a7666c6f61743634c4080000000000000040"},
+      {"complex", complex_scalar, 8,
+       "81a17a83b95f5f6d73677061636b5f6368756e6b65645f61727261795f5fc3a5736861706580a66368756e6b7381a130c7200193"
+       "9101aa636f6d706c6578313238c410000000000000f83f0000000000000040"},
+      {"nested", nested, 4,
+       "83a6706172616d7381a564656e736581a66b65726e656c83b95f5f6d73677061636b5f6368756e6b65645f61727261795f5fc3a5"
+       "736861706582a13002a13105a66368756e6b7383a130c70f01939104a575696e7438c40400010203a131c70f01939104a575696e"
+       "7438c40404050607a132c70d01939102a575696e7438c4020809a46c69737492c7150193910aa575696e7438c40a000102030405"
+       "0607080981a5696e6e6572c7150193910aa575696e7438c40a00010203040506070809a5736d616c6cc70f01939104a575696e74"
+       "38c40400010203"},
+  };
+  for (const Case& test : cases) {
+    SCOPED_TRACE(test.name);
+    const auto path = dir_ / test.name;
+    flax_detail::write_file(path, test.tree, {}, test.max_chunk_size);
+    const std::string flax_bytes = from_hex(test.hex);
+    EXPECT_EQ(testing::read_file(path), flax_bytes);
+    // Flax's file reads back as the tree, every chunked array one tensor.
+    testing::write_file(dir_ / "flax", flax_bytes);
+    const Contents contents = flax_format().read(dir_ / "flax", {});
+    EXPECT_TRUE(contents.tree == test.tree);
+    EXPECT_EQ(contents.entries.size(), test.tree.tensor_leaves().size());
+    // Re-encoded at flax's default chunk size, nothing this small is chunked.
+    flax_detail::write_file(dir_ / "whole", contents.tree, {});
+    EXPECT_EQ(testing::read_file(dir_ / "whole").find("__msgpack_chunked_array__"), std::string::npos);
+    EXPECT_TRUE(load(dir_ / "whole", {.format = "flax"}) == test.tree);
+  }
+}
+
+// Byte i of the pattern (bool: 0/1), as flax_chunked_peer.py builds it too.
+Tensor patterned(DType dtype, Shape shape) {
+  Tensor tensor = Tensor::empty(dtype, std::move(shape));
+  uint64_t i = 0;
+  for (std::byte& b : tensor.mutable_bytes()) {
+    b = static_cast<std::byte>(dtype == DType::kBool ? i % 2 : (i * 7 + 3) % 256);
+    ++i;
+  }
+  return tensor;
+}
+
+// The peer: flax 0.12.8 from the project's .venv, with MAX_CHUNK_SIZE set
+// as the file name says, serializes the same tree (byte-identical to ckpt's
+// file?) and msgpack_restore()s ckpt's file (every array equal?). Exit 77:
+// no flax to run.
+constexpr std::string_view kFlaxChunkedPeer = R"(
+import pathlib, sys
+try:
+    import numpy as np
+    import ml_dtypes
+    import flax.serialization as fs
+except ImportError:
+    sys.exit(77)
+
+def patterned(dtype, shape):
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    pattern = [i % 2 for i in range(n)] if dtype == np.bool_ else [(i * 7 + 3) % 256 for i in range(n)]
+    return np.frombuffer(bytes(pattern), dtype=dtype).reshape(shape)
+
+def tree():
+    return {"params": {"dense": {"kernel": patterned(ml_dtypes.bfloat16, (9, 11)),
+                                 "bias": patterned(np.float32, (11,))},
+                       "mask": patterned(np.bool_, (3, 50))},
+            "opt": {"0": {"mu": patterned(np.float16, (2, 3, 13))}},
+            "list": [patterned(np.int8, (100,)), {"inner": patterned(np.int8, (100,))}],
+            "z": patterned(np.complex128, ()),
+            "step": 7}
+
+def flat(node, prefix=""):
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+    if items is None:
+        return {prefix: node}
+    out = {}
+    for key, value in items:
+        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+failures = []
+for path in sorted(pathlib.Path(sys.argv[1]).glob("chunked-*")):
+    fs.MAX_CHUNK_SIZE = int(path.name.split("-")[1])
+    data = path.read_bytes()
+    if data != fs.msgpack_serialize(tree(), in_place=True):
+        failures.append(f"{path.name}: flax writes other bytes")
+    restored, expected = flat(fs.msgpack_restore(data)), flat(tree())
+    if sorted(restored) != sorted(expected):
+        failures.append(f"{path.name}: leaves {sorted(restored)}")
+        continue
+    for name, value in expected.items():
+        got = restored[name]
+        if isinstance(value, np.ndarray):
+            if not isinstance(got, np.ndarray) or got.dtype != value.dtype or got.shape != value.shape \
+                    or got.tobytes() != value.tobytes():
+                failures.append(f"{path.name}: {name} differs: {got!r}")
+        elif got != value:
+            failures.append(f"{path.name}: {name} is {got!r}")
+print("\n".join(failures) if failures else "ok")
+sys.exit(1 if failures else 0)
+)";
+
+TEST_F(FlaxTest, ChunkedFilesAreFlaxsBytesAndRestoreInFlax) {
+  const std::filesystem::path python = std::filesystem::path(CKPT_SOURCE_DIR) / ".venv" / "bin" / "python";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << "no " << python;
+  Tree tree = Tree::map();
+  Tree& params = tree.set("params", Tree::map());
+  Tree& dense = params.set("dense", Tree::map());
+  dense.set("kernel", patterned(DType::kBFloat16, {9, 11}));
+  dense.set("bias", patterned(DType::kFloat32, {11}));
+  params.set("mask", patterned(DType::kBool, {3, 50}));
+  tree.set("opt", Tree::map()).set("0", Tree::map()).set("mu", patterned(DType::kFloat16, {2, 3, 13}));
+  Tree inner = Tree::map();
+  inner.set("inner", patterned(DType::kInt8, {100}));
+  Tree list = Tree::list();
+  list.push_back(patterned(DType::kInt8, {100}));
+  list.push_back(inner);
+  tree.set("list", list);
+  tree.set("z", patterned(DType::kComplex128, {}));
+  tree.set("step", int64_t{7});
+  // 64 bytes: some arrays chunked; 8: every array but those in the list,
+  // the complex scalar one element per chunk.
+  const auto files = dir_ / "files";
+  std::filesystem::create_directories(files);
+  for (uint64_t size : {64, 8}) {
+    const auto path = files / ("chunked-" + std::to_string(size));
+    flax_detail::write_file(path, tree, {}, size);
+    EXPECT_TRUE(flax_format().read(path, {}).tree == tree);
+  }
+  testing::write_file(dir_ / "peer.py", kFlaxChunkedPeer);
+  const std::string command = python.string() + " " + (dir_ / "peer.py").string() + " " + files.string() + " > " +
+                              (dir_ / "peer.out").string() + " 2>&1";
+  const int status = std::system(command.c_str());
+  const std::string output = testing::read_file(dir_ / "peer.out");
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "flax cannot be imported by " << python;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  EXPECT_EQ(output, "ok\n");
+}
+
+TEST_F(FlaxTest, ChunksOfAnySizeAreAccepted) {
+  // _unchunk concatenates whatever chunks it finds: so does ckpt. Chunks of
+  // 3 + 1 + 2 int16 elements (a size flax would not pick).
+  std::string file;
+  flax_detail::append_map_header(file, 1);
+  flax_detail::append_str(file, "w");
+  flax_detail::append_map_header(file, 3);
+  flax_detail::append_str(file, "__msgpack_chunked_array__");
+  flax_detail::append_bool(file, true);
+  flax_detail::append_str(file, "shape");
+  flax_detail::append_map_header(file, 2);
+  flax_detail::append_str(file, "0");
+  flax_detail::append_int(file, 2);
+  flax_detail::append_str(file, "1");
+  flax_detail::append_int(file, 3);
+  flax_detail::append_str(file, "chunks");
+  flax_detail::append_map_header(file, 3);
+  int16_t next = 0;
+  for (int64_t count : {3, 1, 2}) {
+    flax_detail::append_str(file, std::to_string(next == 0 ? 0 : next == 3 ? 1 : 2));
+    std::string payload;
+    flax_detail::append_array_header(payload, 3);
+    flax_detail::append_array_header(payload, 1);
+    flax_detail::append_int(payload, count);
+    flax_detail::append_str(payload, "int16");
+    flax_detail::append_bin_header(payload, static_cast<uint64_t>(count) * 2);
+    for (int64_t i = 0; i < count; ++i, ++next) payload.append(reinterpret_cast<const char*>(&next), 2);
+    flax_detail::append_ext_header(file, flax_detail::kExtNdarray, payload.size());
+    file += payload;
+  }
+  testing::write_file(dir_ / "odd", file);
+  const Tree tree = load(dir_ / "odd", {.format = "flax"});
+  EXPECT_TRUE(tree.at("w").tensor().equals(arange(DType::kInt16, {2, 3})));
 }
 
 TEST_F(FlaxTest, TiedTensorsAreAliasesWithExtrasAndCopiesWithout) {

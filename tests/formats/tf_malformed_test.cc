@@ -207,6 +207,25 @@ TEST_F(TfMalformedTest, EntryPastTheShard) {
   EXPECT_EQ(code(bundle, "past the shard", "model.ckpt-1.data-00000-of-00001"), ErrorCode::kCorrupt);
 }
 
+TEST_F(TfMalformedTest, EntryPastItsShardOfSeveral) {
+  // Shard 1 of 2 is empty: an entry there names that file, not shard 0.
+  Bundle bundle;
+  bundle.header = tfb::header({.num_shards = 2});
+  bundle.shards = 2;
+  bundle.entry.shard = 1;
+  EXPECT_EQ(code(bundle, "past the shard", "model.ckpt-1.data-00001-of-00002"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, OneShardOfSeveralMissing) {
+  Bundle bundle;
+  bundle.header = tfb::header({.num_shards = 3});
+  bundle.shards = 3;
+  bundle.entry.shard = 2;
+  write(bundle);
+  std::filesystem::remove(tf_detail::shard_path(prefix(), 2, 3));
+  EXPECT_EQ(error_of("missing", "model.ckpt-1.data-00002-of-00003", kKey).code(), ErrorCode::kCorrupt);
+}
+
 TEST_F(TfMalformedTest, NegativeOffset) {
   Bundle bundle;
   bundle.entry.offset = -8;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "formats/tf/index_table.h"
@@ -262,6 +264,198 @@ TEST_F(TfTest, TiedTensorsShareTheirBytes) {
   const Tree loaded = load(dir_ / "tied");
   EXPECT_TRUE(loaded == tree);
   EXPECT_TRUE(loaded.at("embed").tensor().same_memory(loaded.at("head").tensor()));
+}
+
+// ---- several shards (SaveOptions::max_shard_bytes) ----
+
+// Where the bundle at `prefix` says each key's bytes are: {shard, offset, size}.
+struct Placement {
+  uint64_t shard = 0, offset = 0, size = 0;
+  bool operator==(const Placement&) const = default;
+};
+std::map<std::string, Placement> placements_of(const fs::path& prefix, uint64_t* num_shards = nullptr) {
+  auto index = detail::MappedFile::open(tf_detail::index_path(prefix));
+  std::map<std::string, Placement> placements;
+  for (const auto& [key, value] : tf_detail::read_index_table(index->bytes(), index->path())) {
+    auto fields = tfb::varint_fields(value);
+    if (key.empty()) {
+      if (num_shards != nullptr) *num_shards = fields[1];
+      continue;
+    }
+    placements[key] = {fields[3], fields[4], fields[5]};
+  }
+  return placements;
+}
+
+// The data files of `prefix` in `dir`, sorted.
+std::vector<std::string> shard_files(const testing::TempDir& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const std::string& name : dir.list()) {
+    if (name.starts_with(prefix + ".data-")) names.push_back(name);
+  }
+  return names;
+}
+
+// Bytes [offset, offset + size) of shard `shard` of `num_shards` of `prefix`.
+std::string stored_bytes(const fs::path& prefix, int num_shards, const Placement& at) {
+  const std::string shard = testing::read_file(tf_detail::shard_path(prefix, static_cast<int>(at.shard), num_shards));
+  EXPECT_LE(at.offset + at.size, shard.size());
+  return shard.substr(at.offset, at.size);
+}
+
+std::string bytes_of(const Tensor& tensor) {
+  const auto bytes = tensor.bytes();
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+TEST_F(TfTest, MaxShardBytesSplitsTheDataIntoShards) {
+  // 40 + 40 bytes fit a 100-byte shard, the third 40 do not; 200 bytes get a
+  // shard of their own; the empty tensor stays with the last one.
+  Tree tree = Tree::map();
+  tree.set("a", floats({10}, 0));
+  tree.set("b", floats({10}, 100));
+  tree.set("c", floats({10}, 200));
+  tree.set("big", floats({50}, 300));
+  tree.set("d", floats({2}, 400));
+  tree.set("empty", floats({0, 3}, 0));
+  tree.set("text", Bytes{"twelve bytes"});
+  save(dir_ / "m", tree, {.format = "tf", .max_shard_bytes = 100});
+  EXPECT_EQ(shard_files(dir_, "m"), (std::vector<std::string>{"m.data-00000-of-00004", "m.data-00001-of-00004",
+                                                               "m.data-00002-of-00004", "m.data-00003-of-00004"}));
+  uint64_t num_shards = 0;
+  const auto placements = placements_of(dir_ / "m", &num_shards);
+  EXPECT_EQ(num_shards, 4u);
+  EXPECT_EQ(placements.at("a"), (Placement{0, 0, 40}));
+  EXPECT_EQ(placements.at("b"), (Placement{0, 40, 40}));
+  EXPECT_EQ(placements.at("c"), (Placement{1, 0, 40}));
+  EXPECT_EQ(placements.at("big"), (Placement{2, 0, 200}));
+  EXPECT_EQ(placements.at("d"), (Placement{3, 0, 8}));
+  EXPECT_EQ(placements.at("empty"), (Placement{3, 8, 0}));
+  EXPECT_EQ(placements.at("text"), (Placement{3, 8, 1 + 4 + 12}));  // varint length, length CRC, bytes
+  EXPECT_EQ(fs::file_size(dir_ / "m.data-00000-of-00004"), 80u);
+  EXPECT_EQ(fs::file_size(dir_ / "m.data-00002-of-00004"), 200u);
+  EXPECT_EQ(fs::file_size(dir_ / "m.data-00003-of-00004"), 25u);
+  // Every entry points at its own tensor's bytes, read here without ckpt's reader.
+  for (const char* name : {"a", "b", "c", "big", "d"}) {
+    EXPECT_EQ(stored_bytes(dir_ / "m", 4, placements.at(name)), bytes_of(tree.at(name).tensor())) << name;
+  }
+  EXPECT_TRUE(verify(dir_ / "m").tree == tree);
+  // Without extras too (the keys name the tree).
+  save(dir_ / "plain", tree, {.format = "tf", .extras = false, .max_shard_bytes = 100});
+  EXPECT_EQ(shard_files(dir_, "plain").size(), 4u);
+  const Tree plain = verify(dir_ / "plain").tree;
+  for (const char* name : {"a", "b", "c", "big", "d", "empty"}) {
+    EXPECT_TRUE(plain.at(name).tensor().equals(tree.at(name).tensor())) << name;
+  }
+}
+
+TEST_F(TfTest, ShardLimitEdges) {
+  Tree tree = Tree::map();
+  tree.set("a", floats({25}, 0));   // 100 bytes: exactly the limit
+  tree.set("b", floats({1}, 0));    // 4 more: a new shard
+  tree.set("c", floats({24}, 0));   // 4 + 96 = 100: fits
+  save(dir_ / "e", tree, {.format = "tf", .max_shard_bytes = 100});
+  auto placements = placements_of(dir_ / "e");
+  EXPECT_EQ(placements.at("a"), (Placement{0, 0, 100}));
+  EXPECT_EQ(placements.at("b"), (Placement{1, 0, 4}));
+  EXPECT_EQ(placements.at("c"), (Placement{1, 4, 96}));
+  // A limit of one byte: one shard per tensor.
+  save(dir_ / "one", tree, {.format = "tf", .max_shard_bytes = 1});
+  EXPECT_EQ(shard_files(dir_, "one").size(), 3u);
+  EXPECT_TRUE(load(dir_ / "one") == tree);
+  // A limit above the total, and 0 (the default): one shard.
+  for (uint64_t limit : {uint64_t{0}, uint64_t{1} << 40}) {
+    save(dir_ / "whole", tree, {.format = "tf", .max_shard_bytes = limit});
+    EXPECT_EQ(shard_files(dir_, "whole"), (std::vector<std::string>{"whole.data-00000-of-00001"}));
+  }
+  // A tree without tensor bytes still has its one (empty) shard.
+  Tree empty = Tree::map();
+  empty.set("step", int64_t{3});
+  save(dir_ / "none", empty, {.format = "tf", .max_shard_bytes = 1});
+  EXPECT_EQ(shard_files(dir_, "none"), (std::vector<std::string>{"none.data-00000-of-00001"}));
+  EXPECT_TRUE(load(dir_ / "none") == empty);
+}
+
+TEST_F(TfTest, TiedTensorsPointIntoTheFirstOnesShard) {
+  const Tensor shared = floats({16}, 1);
+  Tree tree = Tree::map();
+  tree.set("embed", shared);
+  tree.set("norm", floats({30}, 0));
+  tree.set("head", shared);
+  save(dir_ / "tied", tree, {.format = "tf", .max_shard_bytes = 64});
+  const auto placements = placements_of(dir_ / "tied");
+  EXPECT_EQ(placements.at("embed"), (Placement{0, 0, 64}));
+  EXPECT_EQ(placements.at("norm"), (Placement{1, 0, 120}));
+  EXPECT_EQ(placements.at("head"), placements.at("embed"));
+  EXPECT_EQ(shard_files(dir_, "tied").size(), 2u);
+  const Tree loaded = verify(dir_ / "tied").tree;
+  EXPECT_TRUE(loaded == tree);
+  EXPECT_TRUE(loaded.at("embed").tensor().same_memory(loaded.at("head").tensor()));
+}
+
+TEST_F(TfTest, ASaveWithAnotherShardCountRemovesTheOldShards) {
+  Tree tree = Tree::map();
+  for (int i = 0; i < 4; ++i) tree.set("t" + std::to_string(i), floats({8}, static_cast<float>(i)));
+  // Files that only look alike stay: another prefix, other name shapes.
+  for (const char* name : {"other.data-00000-of-00002", "m.data-00000-of-00002.bak", "m.data-x-of-y",
+                           "m.data-0-of-2", "mm.data-00000-of-00002"}) {
+    testing::write_file(dir_ / name, "keep");
+  }
+  save(dir_ / "m", tree, {.format = "tf", .max_shard_bytes = 32});
+  const std::vector<std::string> four = {"m.data-00000-of-00004", "m.data-00001-of-00004", "m.data-00002-of-00004",
+                                         "m.data-00003-of-00004"};
+  std::vector<std::string> data;
+  for (const std::string& name : dir_.list()) {
+    if (name.starts_with("m.data-000") && !name.ends_with(".bak")) data.push_back(name);
+  }
+  EXPECT_EQ(data, four);
+  save(dir_ / "m", tree, {.format = "tf", .max_shard_bytes = 32});  // the same count: replaced in place
+  EXPECT_EQ(shard_files(dir_, "m").size(), 4u + 3u);  // and the look-alikes
+  EXPECT_TRUE(load(dir_ / "m") == tree);
+  save(dir_ / "m", tree, {.format = "tf"});
+  EXPECT_EQ(dir_.list(), (std::vector<std::string>{"m.data-0-of-2", "m.data-00000-of-00001",
+                                                   "m.data-00000-of-00002.bak", "m.data-x-of-y", "m.index",
+                                                   "mm.data-00000-of-00002", "other.data-00000-of-00002"}));
+  EXPECT_TRUE(verify(dir_ / "m").tree == tree);
+  save(dir_ / "m", tree, {.format = "tf", .max_shard_bytes = 64});
+  EXPECT_FALSE(fs::exists(dir_ / "m.data-00000-of-00001"));
+  EXPECT_TRUE(fs::exists(dir_ / "m.data-00001-of-00002"));
+  EXPECT_TRUE(fs::exists(dir_ / "m.data-00000-of-00002.bak"));
+  EXPECT_TRUE(verify(dir_ / "m").tree == tree);
+}
+
+TEST_F(TfTest, AFailedShardedSaveKeepsThePreviousBundle) {
+  Tree old_state = Tree::map();
+  old_state.set("w", floats({100}, 1));
+  save(dir_ / "state", old_state, {.format = "tf"});
+  const auto before = dir_.list();
+  Tree new_state = Tree::map();
+  for (int i = 0; i < 3; ++i) new_state.set("w" + std::to_string(i), floats({1 << 16}, static_cast<float>(i)));
+  for (int64_t fail_after : {0, 100, 1 << 18, (1 << 19) + 100}) {
+    detail::inject_write_fault_after(fail_after);
+    EXPECT_THROW(save(dir_ / "state", new_state, {.format = "tf", .max_shard_bytes = 1 << 18}), Error);
+    detail::inject_write_fault_after(-1);
+    EXPECT_EQ(dir_.list(), before) << "a temporary or a shard was left behind (fault after " << fail_after << ")";
+    EXPECT_TRUE(load(dir_ / "state", {.verify = true}) == old_state);
+  }
+  save(dir_ / "state", new_state, {.format = "tf", .max_shard_bytes = 1 << 18});
+  EXPECT_EQ(shard_files(dir_, "state").size(), 3u);
+  EXPECT_TRUE(load(dir_ / "state", {.verify = true}) == new_state);
+}
+
+TEST_F(TfTest, TooManyShardsAreRefusedBeforeAnythingIsWritten) {
+  Tree list = Tree::list();
+  for (int i = 0; i <= tf_detail::kMaxWriteShards; ++i) list.push_back(Tensor::zeros(DType::kUInt8, {1}));
+  Tree tree = Tree::map();
+  tree.set("bytes", list);
+  try {
+    save(dir_ / "many", tree, {.format = "tf", .max_shard_bytes = 1});
+    ADD_FAILURE() << "wrote " << tf_detail::kMaxWriteShards + 1 << " shards";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kUnsupported) << error.what();
+    EXPECT_NE(std::string(error.what()).find("99999 shards"), std::string::npos) << error.what();
+  }
+  EXPECT_TRUE(dir_.list().empty());
 }
 
 // ---- the samples written by TensorFlow ----

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -99,6 +100,36 @@ inline std::string string_tensor(const std::vector<std::string>& elements) {
   std::string out = lengths + std::string(raw, 4);
   for (const std::string& element : elements) out += element;
   return out;
+}
+
+// The varint fields of a message's wire bytes (dtype, shard_id, offset,
+// size of a BundleEntryProto; num_shards of a BundleHeaderProto), decoded
+// here independently of ckpt's generated messages: field number -> value.
+// Fields of other wire types are skipped.
+inline std::map<int, uint64_t> varint_fields(std::string_view bytes) {
+  std::map<int, uint64_t> fields;
+  size_t at = 0;
+  auto read_varint = [&]() {
+    uint64_t value = 0;
+    for (int shift = 0; at < bytes.size() && shift < 64; shift += 7) {
+      const auto byte = static_cast<uint8_t>(bytes[at++]);
+      value |= uint64_t(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) break;
+    }
+    return value;
+  };
+  while (at < bytes.size()) {
+    const uint64_t tag = read_varint();
+    const int field = static_cast<int>(tag >> 3);
+    switch (tag & 7) {
+      case 0: fields[field] = read_varint(); break;
+      case 1: at += 8; break;
+      case 2: at += read_varint(); break;
+      case 5: at += 4; break;
+      default: return fields;  // groups: not in these messages
+    }
+  }
+  return fields;
 }
 
 // Writes PREFIX.index from `records` (sorted by the caller) and the shards'

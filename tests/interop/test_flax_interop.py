@@ -158,13 +158,52 @@ def test_lists_and_integer_keys_come_back_as_such(tmp_path, run):
 def test_chunked_arrays_are_read(tmp_path, run, monkeypatch):
     monkeypatch.setattr(flax.serialization, "MAX_CHUNK_SIZE", 64)
     big = random_array("float32", (10, 7), 3)
-    encoded = flax.serialization.msgpack_serialize({"big": big, "small": np.ones(3, np.float32)}, in_place=True)
-    assert b"__msgpack_chunked_array__" in encoded
+    tree = {"big": big, "small": np.ones(3, np.float32),
+            # Chunks of 64 // itemsize elements; complex128 at a limit of 8:
+            # one element per chunk.
+            "params": {"dense": {"kernel": array_of("bfloat16", (9, 11), 4),
+                                 "mask": random_array("bool", (3, 50), 5),
+                                 "ids": random_array("uint64", (17,), 6)}},
+            "opt": {"0": {"mu": random_array("float16", (2, 3, 13), 7)}},
+            # Flax chunks no array inside a list, not even in a dict there.
+            "list": [random_array("int8", (100,), 8), {"inner": random_array("int8", (100,), 9)}]}
+    encoded = flax.serialization.msgpack_serialize(tree, in_place=True)
+    assert encoded.count(b"__msgpack_chunked_array__") == 5
     (tmp_path / "c.msgpack").write_bytes(encoded)
+    truth = flax.serialization.msgpack_restore(encoded)
+    assert isinstance(truth["params"]["dense"]["kernel"], np.ndarray)
     run("convert", tmp_path / "c.msgpack", tmp_path / "c.safetensors")
     tensors, _ = raw_safetensors(tmp_path / "c.safetensors")
     assert tensors["big"][1] == [10, 7]
     assert tensors["big"][2] == big.tobytes()
+    assert_safetensors_match(tmp_path / "c.safetensors", truth)
+    monkeypatch.setattr(flax.serialization, "MAX_CHUNK_SIZE", 8)
+    scalar = {"z": np.array(1.5 - 2j, np.complex128), "v": random_array("complex128", (3,), 10)}
+    encoded = flax.serialization.msgpack_serialize(scalar, in_place=True)
+    assert encoded.count(b"__msgpack_chunked_array__") == 2
+    (tmp_path / "z.msgpack").write_bytes(encoded)
+    run("convert", tmp_path / "z.msgpack", tmp_path / "z.safetensors")
+    assert_safetensors_match(tmp_path / "z.safetensors", flax.serialization.msgpack_restore(encoded))
+
+
+def test_chunked_arrays_are_rewritten_as_flax_would(tmp_path, run, monkeypatch):
+    # ckpt writes at flax's own MAX_CHUNK_SIZE (2^30; tests/formats/flax_test.cc
+    # compares its chunked bytes with flax's at small sizes): re-encoding a
+    # file flax chunked at 64 bytes gives what flax writes by default.
+    def make_tree():  # msgpack_serialize(in_place=True) chunks the dicts it is given
+        return {"params": {"w": random_array("float32", (10, 7), 11), "b": random_array("int16", (40,), 12)}}
+
+    monkeypatch.setattr(flax.serialization, "MAX_CHUNK_SIZE", 64)
+    chunked = flax.serialization.msgpack_serialize(make_tree(), in_place=True)
+    assert chunked.count(b"__msgpack_chunked_array__") == 2
+    (tmp_path / "c.msgpack").write_bytes(chunked)
+    run("convert", tmp_path / "c.msgpack", tmp_path / "again.msgpack")
+    monkeypatch.undo()
+    assert flax.serialization.MAX_CHUNK_SIZE == 2 ** 30
+    assert (tmp_path / "again.msgpack").read_bytes() == flax.serialization.msgpack_serialize(make_tree(), in_place=True)
+    restored = flax.serialization.msgpack_restore((tmp_path / "again.msgpack").read_bytes())
+    for name, array in arrays(make_tree()).items():
+        assert arrays(restored)[name].tobytes() == array.tobytes(), name
 
 
 @pytest.fixture

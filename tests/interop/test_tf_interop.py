@@ -194,6 +194,18 @@ def test_sharded_checkpoint_is_read(tf, run, tmp_path):
     assert len(shards) > 1, shards
     assert_ckpt_matches_tf(tf, run, prefix, tmp_path)
     run("verify", prefix)
+    # ckpt's own shards of it (its slices assembled into whole variables)
+    # restore the model too (Checkpoint.write stores no save_counter, so not
+    # every object is consumed: the values are compared instead).
+    run("convert", prefix, tmp_path / "again" / "ckpt", "--to", "tf", "--max-shard-size", "64")
+    assert len(list((tmp_path / "again").glob("ckpt.data-*"))) > 1
+    fresh_model, fresh_optimizer = keras_training_state(tf, 96)
+    tf.train.Checkpoint(model=fresh_model, optimizer=fresh_optimizer).restore(
+        str(tmp_path / "again" / "ckpt")).assert_nontrivial_match()
+    for restored, expected in zip(fresh_model.weights, model.weights):
+        np.testing.assert_array_equal(restored.numpy(), expected.numpy())
+    for restored, expected in zip(fresh_optimizer.variables, optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(restored), np.asarray(expected))
 
 
 # ---- ckpt writes, TensorFlow reads ----
@@ -230,6 +242,48 @@ def test_tf_to_safetensors_to_tf_restores_the_same_object_graph(tf, run, tmp_pat
     status = tf.train.Checkpoint(model=fresh_model, optimizer=fresh_optimizer).restore(
         str(tmp_path / "back" / "ckpt-1"))
     status.assert_consumed()
+    for restored, expected in zip(fresh_model.weights, model.weights):
+        np.testing.assert_array_equal(restored.numpy(), expected.numpy())
+    for restored, expected in zip(fresh_optimizer.variables, optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(restored), np.asarray(expected))
+
+
+def shard_names(prefix):
+    prefix = pathlib.Path(prefix)
+    return sorted(path.name for path in prefix.parent.glob(prefix.name + ".data-*"))
+
+
+def test_ckpt_writes_three_shards_that_tensorflow_restores(tf, run, tmp_path):
+    model, optimizer = keras_training_state(tf, 8)
+    prefix = tf.train.Checkpoint(model=model, optimizer=optimizer).save(str(tmp_path / "tf" / "ckpt"))
+    out = tmp_path / "sharded" / "ckpt-1"
+
+    def shards_at(limit):
+        run("convert", prefix, out, "--to", "tf", "--max-shard-size", limit)
+        return shard_names(out)
+
+    # The smallest limit that gives at most 3 shards (their count only falls
+    # as the limit grows); earlier conversions' shards must not linger.
+    total = sum((out.parent / name).stat().st_size for name in shards_at(2 ** 40))
+    low, high = 1, total
+    while low < high:
+        middle = (low + high) // 2
+        if len(shards_at(middle)) <= 3:
+            high = middle
+        else:
+            low = middle + 1
+    assert shards_at(low) == [f"ckpt-1.data-0000{k}-of-00003" for k in range(3)]
+    assert sum((out.parent / name).stat().st_size for name in shard_names(out)) == total
+    run("verify", out)
+    original = tf_truth(tf, prefix)
+    sharded = tf_truth(tf, out)
+    assert set(sharded) == set(original)
+    for key, value in original.items():
+        assert sharded[key].dtype == value.dtype, key
+        assert sharded[key].tobytes() == value.tobytes() if value.dtype.kind != "O" else \
+            sharded[key].tolist() == value.tolist(), key
+    fresh_model, fresh_optimizer = keras_training_state(tf, 95)
+    tf.train.Checkpoint(model=fresh_model, optimizer=fresh_optimizer).restore(str(out)).assert_consumed()
     for restored, expected in zip(fresh_model.weights, model.weights):
         np.testing.assert_array_equal(restored.numpy(), expected.numpy())
     for restored, expected in zip(fresh_optimizer.variables, optimizer.variables):

@@ -1,5 +1,5 @@
 // ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported]
-//              [--rename OLD=NEW] [--rename-regex PATTERN=REPLACEMENT]
+//              [--max-shard-size SIZE] [--rename OLD=NEW] [--rename-regex PATTERN=REPLACEMENT]
 //              [--rename-table FILE] [--drop GLOB] [--add-prefix P] [--strip-prefix P]:
 // rewrites a checkpoint in another format. Tensors are copied bit-exact (a
 // dtype the target lacks is an error, never a cast). The tree goes along
@@ -9,11 +9,15 @@
 // refused unless --drop-unsupported asks to leave them behind, and then the
 // summary names them. The naming options (ckpt::Transforms, each repeatable)
 // rename and drop leaves of the loaded tree before it is written, in the
-// order they appear on the command line.
+// order they appear on the command line. --max-shard-size splits a target
+// written in data shards (tf) into shards of at most SIZE bytes each
+// (SaveOptions::max_shard_bytes).
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +38,8 @@ struct ConvertArguments {
   std::string to;
   bool no_extras = false;
   bool drop_unsupported = false;
+  uint64_t max_shard_size = 0;  // bytes; 0: not given
+  CLI::Option* max_shard_size_option = nullptr;
   // The naming options: each occurrence's value lands in its option's
   // results(); the subcommand's parse_order() says in which order they came.
   CLI::App* command = nullptr;
@@ -145,6 +151,23 @@ const Format& target_format(const ConvertArguments& arguments) {
       .with_path(arguments.destination);
 }
 
+// The formats whose writer splits a checkpoint into data shards
+// (SaveOptions::max_shard_bytes); --max-shard-size is refused for others.
+constexpr std::string_view kShardedFormats[] = {"tf"};
+
+// --max-shard-size as SaveOptions::max_shard_bytes. Throws
+// Error{kInvalidArgument} for 0 or a target that writes one file.
+uint64_t max_shard_bytes(const ConvertArguments& arguments, const Format& format) {
+  if (arguments.max_shard_size_option == nullptr || arguments.max_shard_size_option->count() == 0) return 0;
+  if (arguments.max_shard_size == 0) throw Error(ErrorCode::kInvalidArgument, "--max-shard-size must be at least 1 byte");
+  if (std::find(std::begin(kShardedFormats), std::end(kShardedFormats), format.id()) == std::end(kShardedFormats)) {
+    throw Error(ErrorCode::kInvalidArgument, "--max-shard-size applies to formats written in data shards (tf); '" +
+                                                 std::string(format.id()) + "' writes one file")
+        .with_path(arguments.destination);
+  }
+  return arguments.max_shard_size;
+}
+
 // The tensor leaves of `tree` as one flat map, name → tensor, for formats
 // that hold tensors only.
 Tree tensors_only(const Tree& tree) {
@@ -164,6 +187,7 @@ int run_convert(const ConvertArguments& arguments) {
   SaveOptions options;
   options.format = std::string(format.id());
   options.extras = !arguments.no_extras;
+  options.max_shard_bytes = max_shard_bytes(arguments, format);
   const Transforms transforms = naming_transforms(arguments);
 
   // Read errors name SRC, write errors DST. The write is atomic, so a
@@ -241,6 +265,20 @@ Command add_convert_command(CLI::App& app) {
   command->add_flag("--drop-unsupported", arguments->drop_unsupported,
                     "Leave behind (and list) the non-tensor values that the target cannot hold, "
                     "instead of refusing the conversion");
+  arguments->max_shard_size_option =
+      command->add_option("--max-shard-size", arguments->max_shard_size,
+                          "Split a target written in data shards (tf) into shards of at most SIZE bytes "
+                          "(a larger tensor gets a shard of its own): a number of bytes, or with a suffix "
+                          "K, M, G, T (powers of 1024): 100M, 2G")
+          ->type_name("SIZE")
+          ->check(CLI::Validator(
+              [](std::string& value) -> std::string {
+                // strtoull, under AsSizeValue, would wrap "-5" around.
+                const size_t first = value.find_first_not_of(" \t");
+                return first != std::string::npos && value[first] == '-' ? "SIZE must not be negative" : "";
+              },
+              "", "non-negative"))
+          ->transform(CLI::AsSizeValue(false).description(""));
   // Naming options: one value per occurrence, repeatable, applied in order.
   auto naming = [&](const char* name, const char* value, std::vector<std::string>& values, const char* help) {
     return command->add_option(name, values, help)->type_name(value)->allow_extra_args(false);
@@ -260,9 +298,9 @@ Command add_convert_command(CLI::App& app) {
   arguments->options.strip_prefix =
       naming("--strip-prefix", "P", arguments->strip_prefix, "Remove 'P.' where a name starts with it");
   return {command, [arguments] { return run_convert(*arguments); },
-          "ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported] [--rename OLD=NEW]\n"
-          "         [--rename-regex PATTERN=REPLACEMENT] [--rename-table FILE] [--drop GLOB]\n"
-          "         [--add-prefix P] [--strip-prefix P]"};
+          "ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported] [--max-shard-size SIZE]\n"
+          "         [--rename OLD=NEW] [--rename-regex PATTERN=REPLACEMENT] [--rename-table FILE]\n"
+          "         [--drop GLOB] [--add-prefix P] [--strip-prefix P]"};
 }
 
 }  // namespace ckpt::tool

@@ -10,8 +10,9 @@
 // leaves (nil, bool, int64, float, str, bytes). Flax writes lists and tuples
 // as maps keyed "0", "1", ...: they read as such maps. Writing stores the
 // tree as it is (lists as msgpack arrays, int keys as msgpack ints), every
-// tensor as ext 1, arrays over 2^30 bytes chunked as flax chunks them, and,
-// with SaveOptions::extras, tied tensors once (ckpt's alias ext 99).
+// tensor as ext 1, arrays over 2^30 bytes (outside lists) chunked as flax
+// chunks them, and, with SaveOptions::extras, tied tensors once (ckpt's
+// alias ext 99).
 
 #include "ckpt/format.h"
 

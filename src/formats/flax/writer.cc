@@ -34,6 +34,9 @@ class Encoder {
     tied_to_ = options.extras ? detail::find_ties(leaves_) : std::vector<size_t>(leaves_.size(), detail::kNotTied);
   }
 
+  // Appends `node`. `chunkable`: the node is the root or reached from it
+  // through maps only, where flax chunks arrays of more than
+  // max_chunk_size_ bytes.
   void encode(const Tree& node, const std::string& name, bool chunkable, size_t depth) {
     if (depth > kMaxDepth) unsupported("tree nested deeper than " + std::to_string(kMaxDepth) + " levels", name);
     switch (node.kind()) {
@@ -67,7 +70,10 @@ class Encoder {
           } else {
             append_int(text_, std::get<int64_t>(entry.key));  // msgpack_restore reads int keys back
           }
-          encode(entry.value, join(name, key_to_string(entry.key)), true, depth + 1);
+          // _chunk_array_leaves_in_place recurses into dicts only: a map
+          // inside a list keeps its arrays whole (msgpack_restore would not
+          // unchunk them there).
+          encode(entry.value, join(name, key_to_string(entry.key)), chunkable, depth + 1);
         }
         return;
     }

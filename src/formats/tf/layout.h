@@ -59,6 +59,11 @@ constexpr uint32_t unmask_crc(uint32_t masked) {
   return (rotated >> 17) | (rotated << 15);
 }
 
+// ckpt's limit (not TensorFlow's) on the data shards it writes: the five
+// digits of DataFilename's "%05d". The writer holds every shard's temporary
+// file open until it commits them all.
+constexpr int kMaxWriteShards = 99999;
+
 // "<prefix>.index" and "<prefix>.data-%05d-of-%05d" (tensor_bundle.cc
 // MetaFilename, DataFilename).
 inline std::filesystem::path index_path(const std::filesystem::path& prefix) {

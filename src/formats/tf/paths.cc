@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <system_error>
 
 #include "ckpt/error.h"
@@ -52,6 +53,20 @@ std::optional<CheckpointState> read_state(const fs::path& file, bool throwing) {
     return std::nullopt;
   }
   return state;
+}
+
+// "DDDDD-of-DDDDD" (at least five digits each): the shard count M.
+std::optional<long long> shard_count_of_suffix(std::string_view suffix) {
+  const size_t separator = suffix.find("-of-");
+  if (separator == std::string_view::npos) return std::nullopt;
+  const auto digits = [](std::string_view text) {
+    return text.size() >= 5 && text.size() <= 12 &&
+           text.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  const std::string_view index = suffix.substr(0, separator);
+  const std::string_view count = suffix.substr(separator + 4);
+  if (!digits(index) || !digits(count)) return std::nullopt;
+  return std::stoll(std::string(count));
 }
 
 fs::path latest_in(const fs::path& directory, const CheckpointState& state) {
@@ -108,6 +123,29 @@ fs::path prefix_for_write(const fs::path& path) {
   const std::string text = path.string();
   if (text.size() > 6 && text.ends_with(".index")) return text.substr(0, text.size() - 6);
   return path;
+}
+
+std::vector<fs::path> remove_stale_shards(const fs::path& prefix, int num_shards) noexcept {
+  std::vector<fs::path> stale, removed;
+  try {
+    const fs::path directory = prefix.has_parent_path() ? prefix.parent_path() : fs::path(".");
+    const std::string stem = prefix.filename().string() + ".data-";
+    std::error_code error;
+    for (fs::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+      const std::string name = it->path().filename().string();
+      if (!name.starts_with(stem)) continue;
+      const std::optional<long long> count = shard_count_of_suffix(std::string_view(name).substr(stem.size()));
+      if (!count || *count == num_shards) continue;
+      std::error_code status_error;
+      if (it->is_regular_file(status_error)) stale.push_back(it->path());
+    }
+    for (const fs::path& path : stale) {  // not while the directory is being listed
+      std::error_code remove_error;
+      if (fs::remove(path, remove_error)) removed.push_back(path);
+    }
+  } catch (...) {
+  }
+  return removed;
 }
 
 void update_state_file(const fs::path& prefix, bool fsync) {

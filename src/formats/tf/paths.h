@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <vector>
 
 namespace ckpt::tf_detail {
 
@@ -24,6 +25,17 @@ std::filesystem::path resolve_prefix(const std::filesystem::path& path);
 
 // The prefix that saving to `path` writes: `path` minus a ".index" suffix.
 std::filesystem::path prefix_for_write(const std::filesystem::path& path);
+
+// Removes what a bundle at `prefix` of another shard count left behind:
+// regular files named "<prefix>.data-K-of-M" (K and M in decimal, at least
+// five digits each, as DataFilename writes them) whose M differs from
+// `num_shards`. Call it only after a bundle of `num_shards` shards was
+// committed at `prefix` (its .index renamed into place): that .index names
+// none of them, so nothing readable is lost. Leaves every other file alone
+// (other prefixes, "<prefix>.data-..." names of another shape, temporaries).
+// Best effort: a file that cannot be removed stays. Never throws. Returns
+// the files removed.
+std::vector<std::filesystem::path> remove_stale_shards(const std::filesystem::path& prefix, int num_shards) noexcept;
 
 // If the directory of `prefix` already holds a `checkpoint` state file,
 // rewrites it (atomically) with model_checkpoint_path = the prefix's file

@@ -48,7 +48,8 @@ struct Item {
   const Tensor* tensor = nullptr;    // numeric leaves
   std::string* encoded = nullptr;    // string leaves (owned by the writer)
   uint32_t crc = 0;                  // unmasked
-  int64_t offset = 0;
+  int shard = 0;                     // the data shard holding its bytes
+  int64_t offset = 0;                // in that shard
   size_t tied_to = SIZE_MAX;         // index of the item whose bytes it shares
 };
 
@@ -64,14 +65,22 @@ class Writer {
     assign_keys();
     lay_out();
     create_directory();
-    // Both files are written in full under temporary names before either
-    // is renamed into place: a failed write (disk full) changes nothing.
-    detail::AtomicFile shard(shard_path(prefix_, 0, 1), {.fsync = options_.fsync});
+    // Every file is written in full under a temporary name before any is
+    // renamed into place: a failed write (disk full) changes nothing.
+    const int num_shards = static_cast<int>(shard_sizes_.size());
+    std::vector<std::unique_ptr<detail::AtomicFile>> shards;
+    for (int shard = 0; shard < num_shards; ++shard) {
+      shards.push_back(std::make_unique<detail::AtomicFile>(shard_path(prefix_, shard, num_shards),
+                                                            detail::AtomicFileOptions{.fsync = options_.fsync}));
+    }
     detail::AtomicFile index(index_path(prefix_), {.fsync = options_.fsync});
-    write_shard(shard);
-    write_index(index, tree);
-    shard.commit();
+    write_shards(shards);
+    write_index(index, tree, num_shards);
+    for (auto& shard : shards) shard->commit();
     index.commit();
+    // The new .index names none of the shards of an earlier bundle of
+    // another shard count at this prefix: remove them.
+    remove_stale_shards(prefix_, num_shards);
     update_state_file(prefix_, options_.fsync);
   }
 
@@ -198,9 +207,13 @@ class Writer {
     }
   }
 
-  // Offsets in tree order; tied tensors share their first leaf's bytes.
+  // Shards and offsets in tree order; tied tensors share their first leaf's
+  // bytes. A tensor with bytes starts a new shard when the current one holds
+  // bytes already and would grow past options_.max_shard_bytes.
   void lay_out() {
     std::map<std::pair<const std::byte*, size_t>, size_t> by_address;
+    const uint64_t limit = options_.max_shard_bytes;
+    shard_sizes_.assign(1, 0);
     int64_t offset = 0;
     for (size_t i = 0; i < items_.size(); ++i) {
       Item& item = items_[i];
@@ -210,6 +223,7 @@ class Writer {
           const auto [it, inserted] = by_address.emplace(std::make_pair(buffer.address(), buffer.size()), i);
           if (!inserted && items_[it->second].dtype == item.dtype) {
             item.tied_to = it->second;
+            item.shard = items_[it->second].shard;
             item.offset = items_[it->second].offset;
             continue;
           }
@@ -218,10 +232,23 @@ class Writer {
       } else {
         item.bytes = std::as_bytes(std::span(*item.encoded));
       }
+      const uint64_t size = item.bytes.size();
+      const uint64_t used = shard_sizes_.back();
+      if (limit > 0 && size > 0 && used > 0 && size > limit - std::min(used, limit)) {
+        if (shard_sizes_.size() >= static_cast<size_t>(kMaxWriteShards)) {
+          throw Error(ErrorCode::kUnsupported,
+                      "max_shard_bytes " + std::to_string(limit) + " would split the bundle into more than " +
+                          std::to_string(kMaxWriteShards) + " shards",
+                      {.entry = dotted(item.path)});
+        }
+        shard_sizes_.push_back(0);
+        offset = 0;
+      }
+      item.shard = static_cast<int>(shard_sizes_.size() - 1);
       item.offset = offset;
-      offset += static_cast<int64_t>(item.bytes.size());
+      offset += static_cast<int64_t>(size);
+      shard_sizes_.back() = static_cast<uint64_t>(offset);
     }
-    data_size_ = static_cast<uint64_t>(offset);
   }
 
   // As BundleWriter, the prefix's directory is created if missing.
@@ -233,9 +260,8 @@ class Writer {
     if (error) throw Error(ErrorCode::kIo, "cannot create the directory: " + error.message(), {.path = directory});
   }
 
-  void write_shard(detail::AtomicFile& file) {
-    file.resize(data_size_);
-    std::vector<detail::WriteSpan> spans;
+  void write_shards(std::vector<std::unique_ptr<detail::AtomicFile>>& files) {
+    std::vector<std::vector<detail::WriteSpan>> spans(files.size());
     for (Item& item : items_) {
       if (item.tied_to != SIZE_MAX) continue;
       detail::WriteSpan span{item.bytes, static_cast<uint64_t>(item.offset), nullptr};
@@ -243,9 +269,12 @@ class Writer {
         uint32_t* crc = &item.crc;
         span.on_chunk = [crc](std::span<const std::byte> chunk) { *crc = detail::crc32c(chunk, *crc); };
       }
-      spans.push_back(std::move(span));
+      spans[static_cast<size_t>(item.shard)].push_back(std::move(span));
     }
-    file.write_parallel(spans, options_.threads);
+    for (size_t shard = 0; shard < files.size(); ++shard) {
+      files[shard]->resize(shard_sizes_[shard]);
+      files[shard]->write_parallel(spans[shard], options_.threads);
+    }
     for (Item& item : items_) {
       if (item.tied_to != SIZE_MAX) item.crc = items_[item.tied_to].crc;
     }
@@ -265,10 +294,10 @@ class Writer {
     return out.text();
   }
 
-  void write_index(detail::AtomicFile& file, const Tree& tree) {
+  void write_index(detail::AtomicFile& file, const Tree& tree, int num_shards) {
     std::vector<IndexRecord> records;
     records.reserve(items_.size() + 1);
-    records.push_back(header_record(1, options_.extras ? skeleton(tree) : std::string()));
+    records.push_back(header_record(num_shards, options_.extras ? skeleton(tree) : std::string()));
     std::vector<size_t> by_key(items_.size());
     for (size_t i = 0; i < by_key.size(); ++i) by_key[i] = i;
     std::sort(by_key.begin(), by_key.end(), [&](size_t a, size_t b) { return items_[a].key < items_[b].key; });
@@ -278,6 +307,7 @@ class Writer {
       entry.set_dtype(item.dtype);
       TensorShapeProto* shape = entry.mutable_shape();
       for (int64_t dim : item.shape) shape->add_dim()->set_size(dim);
+      entry.set_shard_id(item.shard);
       entry.set_offset(item.offset);
       entry.set_size(static_cast<int64_t>(item.tensor != nullptr ? item.tensor->nbytes() : item.bytes.size()));
       entry.set_crc32c(mask_crc(item.crc));
@@ -292,7 +322,7 @@ class Writer {
   bool object_based_ = false;
   std::vector<Item> items_;
   std::deque<std::string> strings_;  // stable addresses
-  uint64_t data_size_ = 0;
+  std::vector<uint64_t> shard_sizes_;  // bytes of each data shard
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #pragma once
-// Writing TensorFlow tensor bundles (V2), one shard, as BundleWriter does.
+// Writing TensorFlow tensor bundles (V2) as BundleWriter does, in one or
+// more data shards.
 // Layout: docs/formats/tf.md.
 
 #include <filesystem>
@@ -11,10 +12,15 @@
 
 namespace ckpt::tf_detail {
 
-// Writes `tree` as the bundle PREFIX.index + PREFIX.data-00000-of-00001,
+// Writes `tree` as the bundle PREFIX.index + PREFIX.data-0000K-of-0000N,
 // where PREFIX is `path` minus a ".index" suffix. Tensors are laid out in
 // tree order, back to back (tied tensors, Tensor::same_memory, once: their
-// entries share the bytes); each entry records the bytes' masked CRC-32C.
+// entries share the bytes); each entry records its shard_id, offset and the
+// bytes' masked CRC-32C. N is 1 unless options.max_shard_bytes is set: then
+// a tensor that has bytes starts shard K + 1 when shard K holds bytes already
+// and would grow past the limit, so a tensor larger than the limit has a
+// shard of its own (tensors of no bytes stay where they are); at most
+// kMaxWriteShards shards (kUnsupported beyond).
 // Entries: tensors of every ckpt dtype; Bytes and strings as DT_STRING
 // scalars; (nested) lists of only Bytes/strings, rectangular, as DT_STRING
 // tensors of that shape (an empty list: shape [0]). Keys: names.h key_of
@@ -25,12 +31,16 @@ namespace ckpt::tf_detail {
 // containers and other lists live there only. Without extras the .index
 // bytes equal TensorFlow's for the same entries.
 // The prefix's directory is created if missing (as TensorFlow's
-// BundleWriter does). Both files are written in full under temporary names
-// (AtomicFile) before either is renamed: the data shard first, the .index
-// last. A failed write leaves earlier files untouched and no temporary; a
-// new prefix appears (its .index) only when complete. Overwriting an existing
-// prefix is atomic per file, not as a pair: a crash between the two renames
-// leaves the old .index beside the new data, which its CRCs then reject.
+// BundleWriter does). Every file is written in full under a temporary name
+// (AtomicFile) before any is renamed: the data shards first, in order, the
+// .index last. A failed write leaves earlier files untouched and no
+// temporary; a new prefix appears (its .index) only when complete.
+// Overwriting an existing prefix is atomic per file, not as a whole: a crash
+// between the renames leaves the old .index beside new data of the same
+// shard count, which its CRCs then reject (an old bundle of another shard
+// count stays whole: its shards have other names). After the .index is
+// renamed, the shards of an earlier bundle of another shard count at PREFIX
+// are removed (paths.h remove_stale_shards).
 // Afterwards, if the prefix's directory holds a `checkpoint` state file, it
 // is updated to name this prefix as the latest (paths.h update_state_file).
 // Throws Error{kUnsupported} naming the leaf for what a bundle cannot hold:
