@@ -31,7 +31,9 @@ class Storage {
   // file with positioned reads, which is faster than faulting the mapping in.
   virtual void copy_out(const std::byte* src, std::span<std::byte> dst) const;
   // Deferred storages: produces the bytes (once, thread-safe) and returns
-  // their address. Others return nullptr. May throw std::bad_alloc.
+  // their address. Others return nullptr. May throw std::bad_alloc, or
+  // Error{kCorrupt} where producing them decodes file data (Orbax's zstd
+  // chunks, decoded on first use).
   virtual const std::byte* materialize() const { return nullptr; }
 };
 

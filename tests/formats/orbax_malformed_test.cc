@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "formats/orbax/orbax_format.h"
 #include "formats/orbax_test_builder.h"
+#include "support/files.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -282,6 +284,115 @@ TEST_F(OrbaxMalformedTest, ArrayMissingFromTheDatabase) {
   item.metadata.replace(item.metadata.find("\"('w',)\""), 8, "\"('v',)\"");
   item.metadata.replace(item.metadata.find("\"key\": \"w\""), 10, "\"key\": \"v\"");
   EXPECT_EQ(code(item, "no key 'v/.zarray'", "v"), ErrorCode::kCorrupt);
+}
+
+// ckpt's record (custom_metadata.ckpt of _CHECKPOINT_METADATA), one defect
+// at a time, over a checkpoint ckpt wrote with arrays "v" and "w".
+class OrbaxRecordTest : public ::testing::Test {
+ protected:
+  static constexpr std::string_view kValidRecord =
+      R"j({"version": 1, "tree": {"map": [["v", {"tensor": "v"}], ["w", {"tensor": "w"}]]}})j";
+
+  // The error of reading the checkpoint whose record is `record` (JSON text).
+  Error error_of(std::string_view record) {
+    const auto dir = dir_ / "item";
+    Tree tree = Tree::map();
+    tree.set("v", Tensor::zeros(DType::kFloat32, {2}));
+    tree.set("w", Tensor::zeros(DType::kInt8, {3}));
+    save(dir, tree, {.format = "orbax"});
+    testing::write_file(dir / "_CHECKPOINT_METADATA",
+                        R"j({"item_handlers": "H", "custom_metadata": {"ckpt": )j" + std::string(record) + "}}");
+    try {
+      orbax_format().read(dir, {});
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("_CHECKPOINT_METADATA"), std::string::npos) << error.what();
+      return error;
+    }
+    ADD_FAILURE() << "the record was accepted: " << record;
+    return Error(ErrorCode::kIo, "accepted");
+  }
+  // The error's code; its message must contain `fragment`, its entry `entry`.
+  ErrorCode code(std::string_view record, std::string_view fragment, std::string_view entry = "custom_metadata.ckpt") {
+    const Error error = error_of(record);
+    EXPECT_NE(error.message().find(fragment), std::string::npos) << error.what();
+    EXPECT_NE(error.context().entry.find(entry), std::string::npos) << error.what();
+    return error.code();
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(OrbaxRecordTest, TheValidRecordIsAcceptedAndOtherCustomMetadataIgnored) {
+  const auto dir = dir_ / "item";
+  Tree tree = Tree::map();
+  tree.set("v", Tensor::zeros(DType::kFloat32, {2}));
+  tree.set("w", Tensor::zeros(DType::kInt8, {3}));
+  save(dir, tree, {.format = "orbax"});
+  const std::string base = R"j({"item_handlers": "H", "custom_metadata": )j";
+  for (const std::string custom : {"{\"ckpt\": " + std::string(kValidRecord) + "}", std::string("{\"other\": 1}"),
+                                   std::string("null"), std::string("[1]")}) {
+    testing::write_file(dir / "_CHECKPOINT_METADATA", base + custom + "}");
+    const Contents contents = orbax_format().read(dir, {});
+    EXPECT_TRUE(contents.tree == tree) << custom;
+    for (const auto& [key, value] : contents.metadata) {
+      EXPECT_FALSE(key.starts_with("custom_metadata.ckpt")) << key << ": the record is not user metadata";
+    }
+  }
+}
+
+TEST_F(OrbaxRecordTest, RecordIsNotAnObject) {
+  EXPECT_EQ(code("5", "not a JSON object"), ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordLacksTheVersion) {
+  EXPECT_EQ(code(R"j({"tree": {"map": []}})j", "\"version\" is missing"), ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordVersionIsNotAPositiveInteger) {
+  EXPECT_EQ(code(R"j({"version": 0, "tree": {"map": []}})j", "not a positive integer"), ErrorCode::kCorrupt);
+  EXPECT_EQ(code(R"j({"version": "1", "tree": {"map": []}})j", "not a positive integer"), ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordFromANewerCkpt) {
+  EXPECT_EQ(code(R"j({"version": 2, "tree": {"map": []}})j", "newer ckpt"), ErrorCode::kUnsupported);
+}
+
+TEST_F(OrbaxRecordTest, RecordLacksTheTree) {
+  EXPECT_EQ(code(R"j({"version": 1})j", "\"tree\" is missing"), ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordNamesAFieldTwice) {
+  EXPECT_EQ(code(R"j({"version": 1, "version": 1, "tree": {"map": []}})j", "duplicate field \"version\""),
+            ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordTreeIsNotATreeSkeleton) {
+  EXPECT_EQ(code(R"j({"version": 1, "tree": {"map": 5}})j", "custom_metadata.ckpt: ", ""), ErrorCode::kCorrupt);
+  EXPECT_EQ(code(R"j({"version": 1, "tree": {"map": [["v", {"tensor": "v"}], ["w", {"tensor": 7}]]}})j",
+                 "custom_metadata.ckpt: ", ""),
+            ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordTreeIsASingleLeaf) {
+  EXPECT_EQ(code(R"j({"version": 1, "tree": 5})j", "not a map or a list"), ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordNamesAnArrayThatMetadataLacks) {
+  EXPECT_EQ(code(R"j({"version": 1, "tree": {"map": [["v", {"tensor": "v"}], ["w", {"tensor": "x"}]]}})j",
+                 "names array 'x', which _METADATA does not list", "x"),
+            ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordNamesAnArrayTwice) {
+  EXPECT_EQ(code(R"j({"version": 1, "tree": {"map": [["v", {"tensor": "w"}], ["w", {"tensor": "w"}]]}})j",
+                 "names array 'w' twice", "w"),
+            ErrorCode::kCorrupt);
+}
+
+TEST_F(OrbaxRecordTest, RecordLeavesAnArrayOut) {
+  EXPECT_EQ(code(R"j({"version": 1, "tree": {"map": [["v", {"tensor": "v"}]]}})j",
+                 "array 'w' of _METADATA is missing from the tree", "w"),
+            ErrorCode::kCorrupt);
 }
 
 }  // namespace

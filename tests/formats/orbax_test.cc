@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "formats/orbax/orbax_format.h"
@@ -238,9 +241,9 @@ TEST_F(OrbaxTest, SavingOverACheckpointReplacesItWhole) {
 }
 
 TEST_F(OrbaxTest, WriterRefusesWhatOrbaxCannotHold) {
-  const auto refuses = [&](const Tree& tree, ErrorCode code, std::string_view fragment) {
+  const auto refuses = [&](const Tree& tree, ErrorCode code, std::string_view fragment, bool extras = true) {
     try {
-      save(dir_ / "bad", tree, {.format = "orbax"});
+      save(dir_ / "bad", tree, {.format = "orbax", .extras = extras});
       ADD_FAILURE() << "saved";
     } catch (const Error& error) {
       EXPECT_EQ(error.code(), code) << error.what();
@@ -248,12 +251,18 @@ TEST_F(OrbaxTest, WriterRefusesWhatOrbaxCannotHold) {
     }
     EXPECT_FALSE(std::filesystem::exists(dir_ / "bad"));
   };
+  // Without ckpt's record: what Orbax itself cannot hold.
   Tree bytes = Tree::map();
   bytes.set("blob", Bytes{"\x01"});
-  refuses(bytes, ErrorCode::kUnsupported, "raw bytes");
+  refuses(bytes, ErrorCode::kUnsupported, "raw bytes", false);
   Tree integer_key = Tree::map();
   integer_key.set(int64_t{0}, Tensor::zeros(DType::kFloat32, {1}));
-  refuses(integer_key, ErrorCode::kUnsupported, "integer key 0");
+  refuses(integer_key, ErrorCode::kUnsupported, "integer key 0", false);
+  // With it too: keys that become one Orbax key.
+  Tree both_zeros = Tree::map();
+  both_zeros.set(int64_t{0}, Tensor::zeros(DType::kFloat32, {1}));
+  both_zeros.set("0", Tensor::zeros(DType::kFloat32, {1}));
+  refuses(both_zeros, ErrorCode::kUnsupported, "one key to Orbax");
   Tree colliding = Tree::map();
   Tree inner = Tree::map();
   inner.set("b", Tensor::zeros(DType::kFloat32, {1}));
@@ -272,6 +281,136 @@ TEST_F(OrbaxTest, WriterRefusesWhatOrbaxCannotHold) {
     EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
   }
   EXPECT_TRUE(std::filesystem::is_directory(dir_ / "bad" / "precious"));
+}
+
+TEST_F(OrbaxTest, NestedTreesRoundTripThroughCkptsRecord) {
+  Tree slot = Tree::map();
+  slot.set("exp_avg", Tensor::from_values<float>(DType::kFloat32, {2}, std::vector<float>{1.5f, -2}));
+  slot.set("step", int64_t{7});
+  Tree per_param = Tree::map();
+  per_param.set(int64_t{3}, slot);
+  Tree groups = Tree::list();
+  Tree group = Tree::map();
+  group.set("lr", -0.0);
+  group.set("params", Tree::list());
+  groups.push_back(group);
+  Tree state = Tree::map();
+  state.set("state", per_param);
+  state.set("param_groups", groups);
+  state.set("blob", Bytes{std::string("\x00\xff", 2)});
+  const auto path = dir_ / "out";
+  save(path, state, {.format = "orbax"});
+  const Contents contents = open(path);
+  EXPECT_TRUE(contents.tree == state);
+  EXPECT_EQ(contents.format_version, 1);
+  EXPECT_NE(contents.tree.at("state").find(int64_t{3}), nullptr) << "integer key kept";
+  EXPECT_EQ(contents.tree.at("blob").kind(), Tree::Kind::kBytes);
+  // What Orbax sees (the same checkpoint without the record): the integer key
+  // as its text, bytes as None, the rest as it was.
+  write_file(path / "_CHECKPOINT_METADATA", R"j({"item_handlers": "H", "custom_metadata": {}})j");
+  const Contents plain = open(path);
+  EXPECT_EQ(plain.format_version, 0);
+  ASSERT_NE(plain.tree.at("state").find(std::string("3")), nullptr);
+  EXPECT_EQ(plain.tree.at("state").find(int64_t{3}), nullptr);
+  EXPECT_TRUE(plain.tree.at("state.3.exp_avg").tensor().equals(slot.at("exp_avg").tensor()));
+  EXPECT_EQ(plain.tree.at("state.3.step").integer(), 7);
+  EXPECT_TRUE(plain.tree.at("blob").is_none());
+  EXPECT_TRUE(std::signbit(plain.tree.at("param_groups.0.lr").real()));
+  // Without extras the record is not written, and the tree is refused.
+  try {
+    save(dir_ / "plain", state, {.format = "orbax", .extras = false});
+    ADD_FAILURE() << "saved integer keys without the record";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kUnsupported) << error.what();
+  }
+}
+
+// A zstd chunk compressed with a content checksum: damage to the checksum
+// passes every structural check and fails only when decoded.
+std::string zstd_with_checksum(std::string_view bytes) {
+  ZSTD_CCtx* context = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(context, ZSTD_c_checksumFlag, 1);
+  std::string out(ZSTD_compressBound(bytes.size()), '\0');
+  out.resize(ZSTD_compress2(context, out.data(), out.size(), bytes.data(), bytes.size()));
+  ZSTD_freeCCtx(context);
+  return out;
+}
+
+TEST_F(OrbaxTest, ZstdChunksAreDecodedWhenFirstUsed) {
+  ocdbt::ItemBuilder item;
+  const std::string raw = item.chunk;
+  item.chunk = zstd_with_checksum(raw);
+  item.zarray.replace(item.zarray.find("\"compressor\":null"), 17, R"j("compressor":{"id":"zstd","level":1})j");
+  item.write(dir_ / "item");
+  const Tree lazy = load(dir_ / "item");
+  const Tensor& w = lazy.at("w").tensor();
+  EXPECT_TRUE(w.buffer().deferred()) << "decoded on open";
+  std::string into(raw.size(), '\0');
+  w.read_into(std::as_writable_bytes(std::span(into)));
+  EXPECT_EQ(into, raw);
+  EXPECT_TRUE(w.buffer().deferred()) << "read_into decodes into the caller's memory";
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(w.bytes().data()), w.nbytes()), raw);
+  const Tensor eager = load(dir_ / "item", {.lazy = false}).at("w").tensor();
+  EXPECT_EQ(eager.buffer().kind(), StorageKind::kHeap);
+  EXPECT_TRUE(eager.equals(w));
+
+  // Damaged data: the lazy open succeeds, the first use fails, as does an
+  // open that reads everything.
+  item.chunk.back() = static_cast<char>(item.chunk.back() ^ 0x5a);
+  std::filesystem::remove_all(dir_ / "bad");
+  item.write(dir_ / "bad");
+  const Tree damaged = load(dir_ / "bad");
+  const auto expect_corrupt = [](const std::function<void()>& body) {
+    try {
+      body();
+      ADD_FAILURE() << "damaged zstd data decoded";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << error.what();
+      EXPECT_NE(error.message().find("zstd chunk does not decode"), std::string::npos) << error.what();
+      EXPECT_EQ(error.context().entry, "w/0.0") << error.what();
+    }
+  };
+  expect_corrupt([&] { damaged.at("w").tensor().read_into(std::as_writable_bytes(std::span(into))); });
+  expect_corrupt([&] { (void)damaged.at("w").tensor().bytes(); });
+  expect_corrupt([&] { load(dir_ / "bad", {.lazy = false}); });
+  expect_corrupt([&] { load(dir_ / "bad", {.verify = true}); });
+  // A chunk whose frame states another size is refused on open.
+  item.chunk = zstd_with_checksum(raw.substr(4));
+  std::filesystem::remove_all(dir_ / "short");
+  item.write(dir_ / "short");
+  try {
+    load(dir_ / "short");
+    ADD_FAILURE() << "a chunk of the wrong size was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << error.what();
+    EXPECT_NE(error.message().find("decodes to 20 bytes, expected 24"), std::string::npos) << error.what();
+  }
+}
+
+TEST_F(OrbaxTest, ChunksAlongTheFirstDimensionDecodeInPlace) {
+  // int32 [5, 3] in zstd chunks of [2, 3]: chunks 0 and 1 fill rows 0-3, chunk
+  // 2 holds row 4 and a row of padding; with fill_value 9 and chunk 1 absent.
+  const auto dir = dir_ / "item";
+  std::filesystem::create_directories(dir / "x");
+  write_file(dir / "_METADATA", metadata({entry({"x"}, "np.ndarray")}));
+  std::string zarray = raw_zarray("<i4", "[5,3]", "[2,3]", "9");
+  zarray.replace(zarray.find("\"compressor\":null"), 17, R"j("compressor":{"id":"zstd","level":1})j");
+  write_file(dir / "x" / ".zarray", zarray);
+  for (int chunk : {0, 2}) {
+    std::vector<int32_t> values;
+    for (int i = 0; i < 6; ++i) values.push_back(chunk * 6 + i);
+    write_file(dir / "x" / (std::to_string(chunk) + ".0"),
+               ocdbt::zstd({reinterpret_cast<const char*>(values.data()), values.size() * 4}));
+  }
+  std::vector<int32_t> expected;
+  for (int i = 0; i < 15; ++i) expected.push_back(i >= 6 && i < 12 ? 9 : i);
+  const Tensor lazy = load(dir).at("x").tensor();
+  std::vector<int32_t> into(15);
+  lazy.read_into(std::as_writable_bytes(std::span(into)));
+  EXPECT_EQ(into, expected);
+  const Tensor eager = load(dir, {.lazy = false}).at("x").tensor();
+  const auto values = eager.values<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(values.begin(), values.end()), expected);
 }
 
 TEST_F(OrbaxTest, DetectPathClaimsOnlyOrbaxDirectories) {

@@ -185,17 +185,90 @@ def test_ckpt_writes_what_orbax_restores_and_zarr_reads(tmp_path, run):
 
 def test_orbax_round_trip_through_ckpt_keeps_every_tensor(tmp_path, run):
     """Orbax -> ckpt (safetensors) -> ckpt writes Orbax -> Orbax restores the
-    same bytes. The orbax writer's capabilities say nested_tree false (it
-    refuses integer keys and bytes), so the CLI hands it the tensors under
-    their dotted names."""
+    same tree: the orbax format keeps nested trees (capability nested_tree),
+    so the CLI hands the writer the tree, not dotted names."""
     tree = {"params": small_flax_params()["params"], "ema": [np.arange(4, dtype=np.int32), np.ones(3, np.float16)]}
     ocp.PyTreeCheckpointer().save(tmp_path / "orbax", tree)
     run("convert", tmp_path / "orbax", tmp_path / "mid.safetensors")
     run("convert", tmp_path / "mid.safetensors", tmp_path / "back", "--to", "orbax")
     restored = ocp.PyTreeCheckpointer().restore(tmp_path / "back")
-    flat_in = flatten(tree)
-    assert set(restored) == set(flat_in)
+    flat_in, flat_back = flatten(tree), flatten(restored)
+    assert set(flat_back) == set(flat_in)
+    assert isinstance(restored["ema"], list) and isinstance(restored["params"], dict)
     for name, leaf in flat_in.items():
-        back = np.asarray(restored[name])
+        back = np.asarray(flat_back[name])
         assert back.dtype == np.asarray(leaf).dtype, name
         assert back.tobytes() == np.asarray(leaf).tobytes(), name
+
+
+def torch_like_state():
+    """A training state as torch.save writes it: a model's state dict, an
+    optimizer's state (integer keys), param groups (lists, floats, bools,
+    None), an epoch."""
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(0)
+    model = {"encoder.layer.0.weight": torch.randn(4, 3, generator=generator),
+             "encoder.layer.0.bias": torch.randn(4, generator=generator).to(torch.bfloat16),
+             "head.weight": torch.randint(-100, 100, (2, 4), dtype=torch.int64, generator=generator)}
+    optimizer = {"state": {i: {"step": torch.tensor(float(10 + i)),
+                               "exp_avg": torch.randn(4, 3, generator=generator),
+                               "exp_avg_sq": torch.rand(4, 3, generator=generator)} for i in (0, 1)},
+                 "param_groups": [{"lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0,
+                                   "amsgrad": False, "maximize": False, "foreach": None, "params": [0, 1]}]}
+    return torch, {"model": model, "optimizer": optimizer, "epoch": 3, "tag": "run-7"}
+
+
+def to_orbax_view(tree):
+    """What Orbax restores for a ckpt tree: string keys, numpy arrays."""
+    if isinstance(tree, dict):
+        return {str(key): to_orbax_view(value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [to_orbax_view(value) for value in tree]
+    if hasattr(tree, "detach"):
+        import torch
+
+        if tree.dtype == torch.bfloat16:
+            return tree.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return tree.numpy()
+    return tree
+
+
+def assert_same_tree(restored, expected, path="root"):
+    if isinstance(expected, dict):
+        assert isinstance(restored, dict), path
+        assert list(restored) == list(expected) or set(restored) == set(expected), path
+        for key, value in expected.items():
+            assert_same_tree(restored[key], value, f"{path}.{key}")
+    elif isinstance(expected, list):
+        assert isinstance(restored, (list, tuple)) and len(restored) == len(expected), path
+        for i, value in enumerate(expected):
+            assert_same_tree(restored[i], value, f"{path}.{i}")
+    elif isinstance(expected, np.ndarray):
+        array = np.asarray(restored)
+        assert array.dtype == expected.dtype and array.shape == expected.shape, path
+        assert array.tobytes() == expected.tobytes(), path
+    else:
+        assert restored == expected, path
+
+
+def test_nested_torch_state_converts_to_orbax_and_back_exactly(tmp_path, run, inspect_json):
+    torch, state = torch_like_state()
+    torch.save(state, tmp_path / "state.pt")
+    run("convert", tmp_path / "state.pt", tmp_path / "orbax", "--to", "orbax")
+    # Orbax restores the nested tree, integer keys as strings.
+    restored = ocp.PyTreeCheckpointer().restore(tmp_path / "orbax")
+    assert set(restored["optimizer"]["state"]) == {"0", "1"}
+    assert_same_tree(restored, to_orbax_view(state))
+    # ckpt reads back the original tree (integer keys, leaf kinds): the same
+    # inspection as the torch file's, and a safetensors copy of each with the
+    # same tree and bytes.
+    original, through = inspect_json(tmp_path / "state.pt"), inspect_json(tmp_path / "orbax")
+    assert through["values"] == original["values"]
+    described = lambda info: [(t["name"], t["dtype"], t["shape"], t["nbytes"]) for t in info["tensors"]]  # noqa: E731
+    assert described(through) == described(original)  # offsets are each format's own
+    run("convert", tmp_path / "state.pt", tmp_path / "a.safetensors")
+    run("convert", tmp_path / "orbax", tmp_path / "b.safetensors")
+    tensors_a, metadata_a = raw_safetensors(tmp_path / "a.safetensors")
+    tensors_b, metadata_b = raw_safetensors(tmp_path / "b.safetensors")
+    assert tensors_a == tensors_b
+    assert json.loads(metadata_a["ckpt"])["tree"] == json.loads(metadata_b["ckpt"])["tree"]

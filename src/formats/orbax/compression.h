@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,8 +21,17 @@ std::vector<std::byte> zstd_decode(std::span<const std::byte> input, uint64_t ma
                                    const ErrorContext& context);
 
 // Decodes `input` into `output`, which it must fill exactly. Throws
-// Error{kCorrupt} with `context` otherwise.
+// Error{kCorrupt} with `context` otherwise. Reuses one decoding context per
+// thread.
 void zstd_decode_exact(std::span<const std::byte> input, std::span<std::byte> output,
                        const ErrorContext& context);
+
+// The decoded size of `input` as its frame headers state it, without
+// decoding: the sum over its frames (walking each frame's block headers to
+// find where it ends; skippable frames count 0). nullopt when a frame does
+// not state its size. Throws Error{kCorrupt} with `context` ("zstd chunk does
+// not decode: ...") unless `input` is one or more complete zstd frames and
+// nothing else.
+std::optional<uint64_t> zstd_frames_size(std::span<const std::byte> input, const ErrorContext& context);
 
 }  // namespace ckpt::orbax_detail

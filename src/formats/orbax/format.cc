@@ -18,10 +18,16 @@ class OrbaxFormat final : public Format {
     return "Orbax PyTree checkpoint directory (zarr v2 arrays in OCDBT or one folder per array)";
   }
   std::vector<std::string_view> extensions() const override { return {}; }
-  FormatCapabilities capabilities() const override { return {.read = true, .write = orbax_detail::kWriterReady}; }
+  FormatCapabilities capabilities() const override {
+    return {.read = true, .write = orbax_detail::kWriterReady, .nested_tree = true};
+  }
   std::vector<DType> dtypes() const override {
     std::vector<DType> result;
-    for (const DTypeInfo& info : all_dtypes()) result.push_back(info.dtype);
+    // Every numpy / ml_dtypes dtype; not torch's packed float4 pairs, which
+    // neither has (the reference readers refuse them).
+    for (const DTypeInfo& info : all_dtypes()) {
+      if (info.dtype != DType::kFloat4E2M1FNx2) result.push_back(info.dtype);
+    }
     return result;
   }
 

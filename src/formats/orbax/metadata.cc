@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 
+#include "formats/extras_json.h"
+
 namespace ckpt::orbax_detail {
 namespace {
 
@@ -115,11 +117,12 @@ Tree to_tree(Node& node, const std::string& name, const ErrorContext& context) {
   return out;
 }
 
-void flatten(element value, const std::string& prefix, Metadata& out) {
+void flatten(element value, const std::string& prefix, std::string_view skip, Metadata& out) {
+  if (!skip.empty() && prefix == skip) return;
   simdjson::dom::object object;
   if (!value.get_object().get(object)) {
     for (const auto field : object) {
-      flatten(field.value, prefix.empty() ? std::string(field.key) : prefix + "." + std::string(field.key), out);
+      flatten(field.value, prefix.empty() ? std::string(field.key) : prefix + "." + std::string(field.key), skip, out);
     }
     return;
   }
@@ -216,15 +219,35 @@ Tree build_tree(const std::vector<MetadataLeaf>& leaves, const std::function<Tre
   return to_tree(root, "", context);
 }
 
-Metadata flatten_checkpoint_metadata(std::string_view json, const ErrorContext& context) {
+Metadata flatten_checkpoint_metadata(std::string_view json, const ErrorContext& context, std::string_view skip) {
   simdjson::dom::parser parser;
   element root;
   if (parser.parse(json.data(), json.size()).get(root) || !root.is_object()) {
     corrupt("_CHECKPOINT_METADATA is not a JSON object", context);
   }
   Metadata out;
-  flatten(root, "", out);
+  flatten(root, "", skip, out);
   return out;
+}
+
+std::optional<Record> find_record(element root, const ErrorContext& context) {
+  simdjson::dom::object custom;
+  element value;
+  if (root["custom_metadata"].get_object().get(custom) || custom[kRecordKey].get(value)) return std::nullopt;
+  ErrorContext where = context;
+  where.entry = std::string(kRecordEntry);
+  const auto bad = [&](const std::string& message) {
+    throw Error(ErrorCode::kCorrupt, std::string(kRecordEntry) + ": " + message, where);
+  };
+  simdjson::dom::object fields;
+  if (value.get_object().get(fields)) bad("ckpt's record is not a JSON object");
+  std::optional<element> version, tree;
+  detail::read_fields(fields, {{"version", &version}, {"tree", &tree}}, bad);
+  Record record;
+  record.version = detail::read_version(version, kRecordVersion, "record", where, bad);
+  if (!tree) bad("\"tree\" is missing");
+  record.tree = *tree;
+  return record;
 }
 
 std::vector<std::string> item_names(std::string_view json) {

@@ -4,7 +4,10 @@
 // (the step's handlers, timestamps and custom metadata). See
 // docs/formats/orbax.md.
 
+#include <simdjson.h>
+
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,9 +50,32 @@ Tree build_tree(const std::vector<MetadataLeaf>& leaves, const std::function<Tre
                 const ErrorContext& context);
 
 // `_CHECKPOINT_METADATA` flattened: nested objects joined with "."
-// ("item_handlers.default"), strings as they are, other values as JSON text.
+// ("item_handlers.default"), strings as they are, other values as JSON text;
+// the dotted key `skip` (and what lies under it) is left out.
 // Throws Error{kCorrupt} if it is not a JSON object.
-Metadata flatten_checkpoint_metadata(std::string_view json, const ErrorContext& context);
+Metadata flatten_checkpoint_metadata(std::string_view json, const ErrorContext& context,
+                                     std::string_view skip = {});
+
+// ckpt's record of the tree, written with SaveOptions::extras where Orbax
+// keeps its callers' own data: `_CHECKPOINT_METADATA` custom_metadata.ckpt =
+// {"version": 1, "tree": <tree skeleton, formats/tree_json.h>}, whose
+// {"tensor": NAME} leaves name arrays by their Orbax parameter name.
+constexpr std::string_view kRecordKey = "ckpt";
+constexpr std::string_view kRecordEntry = "custom_metadata.ckpt";
+constexpr int64_t kRecordVersion = 1;
+
+struct Record {
+  int64_t version = 0;
+  simdjson::dom::element tree;  // the skeleton (valid while the parsed document lives)
+};
+
+// The record in `root` (the parsed `_CHECKPOINT_METADATA`), or nullopt when
+// custom_metadata is not an object or holds no "ckpt". Fields other than
+// version and tree are ignored (later additions). Throws Error{kCorrupt}
+// with `context` (entry custom_metadata.ckpt) if the record is not an object
+// with a positive integer "version" and a "tree", or names a field twice;
+// {kUnsupported} if its version is newer than kRecordVersion.
+std::optional<Record> find_record(simdjson::dom::element root, const ErrorContext& context);
 
 // The item names `_CHECKPOINT_METADATA` lists in item_handlers (an object);
 // empty when item_handlers is a string (the step is the item) or absent.

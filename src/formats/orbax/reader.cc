@@ -12,6 +12,7 @@
 #include "formats/orbax/metadata.h"
 #include "formats/orbax/ocdbt_reader.h"
 #include "formats/orbax/zarr.h"
+#include "formats/tree_json.h"
 #include "io/mapped_file.h"
 #include "io/parallel.h"
 
@@ -38,19 +39,27 @@ std::string_view as_text(const Buffer& buffer) {
 // One item directory: its arrays, in OCDBT or one folder each.
 class ItemReader {
  public:
-  ItemReader(fs::path dir, unsigned threads) : dir_(std::move(dir)), threads_(threads) {}
+  // `defer`: arrays that need decoding are decoded when first used (see
+  // read_zarr_array); else now, on `threads` threads.
+  ItemReader(fs::path dir, unsigned threads, bool defer) : dir_(std::move(dir)), threads_(threads), defer_(defer) {}
 
-  Tree read() {
+  // The item's tree as _METADATA describes it; with `record` (ckpt's record
+  // beside it), the tree the record describes, its tensors the item's arrays
+  // (scalars and strings come from the record, so are not read).
+  Tree read(const Record* record = nullptr, const fs::path& record_file = {}) {
     const fs::path metadata_path = dir_ / "_METADATA";
     const std::vector<MetadataLeaf> leaves = parse_tree_metadata(read_text(metadata_path), {.path = metadata_path});
     open_store();
-    // Arrays first, on several threads (zstd chunks are decoded here).
+    // Arrays first, on several threads (zstd chunks are decoded here unless
+    // deferred; then this only looks the chunks up).
     std::vector<const MetadataLeaf*> array_leaves;
     for (const MetadataLeaf& leaf : leaves) {
-      if (holds_array(leaf)) array_leaves.push_back(&leaf);
+      if (record ? holds_tensor(leaf) : holds_array(leaf)) array_leaves.push_back(&leaf);
     }
     std::vector<Tensor> tensors(array_leaves.size());
-    detail::parallel_for(array_leaves.size(), threads_, [&](size_t i, unsigned) { tensors[i] = array(*array_leaves[i]); });
+    detail::parallel_for(array_leaves.size(), defer_ ? 1 : threads_,
+                         [&](size_t i, unsigned) { tensors[i] = array(*array_leaves[i]); });
+    if (record) return tree_of_record(*record, record_file, array_leaves, tensors);
     for (size_t i = 0; i < array_leaves.size(); ++i) arrays_.emplace(array_leaves[i], std::move(tensors[i]));
     return build_tree(leaves, [&](const MetadataLeaf& leaf) { return value(leaf); }, {.path = metadata_path});
   }
@@ -83,8 +92,50 @@ class ItemReader {
     }
   }
 
-  static bool holds_array(const MetadataLeaf& leaf) {
-    return leaf.value_type == "jax.Array" || leaf.value_type == "np.ndarray" || leaf.value_type == "scalar";
+  static bool holds_tensor(const MetadataLeaf& leaf) {
+    return leaf.value_type == "jax.Array" || leaf.value_type == "np.ndarray";
+  }
+  static bool holds_array(const MetadataLeaf& leaf) { return holds_tensor(leaf) || leaf.value_type == "scalar"; }
+
+  // The record's tree; each {"tensor": NAME} is the array whose parameter
+  // name is NAME, and every array must be named exactly once.
+  Tree tree_of_record(const Record& record, const fs::path& record_file,
+                      const std::vector<const MetadataLeaf*>& array_leaves, std::vector<Tensor>& tensors) {
+    const auto bad = [&](const std::string& message, const std::string& entry) {
+      throw Error(ErrorCode::kCorrupt, std::string(kRecordEntry) + ": " + message,
+                  {.path = record_file, .entry = entry.empty() ? std::string(kRecordEntry) : entry});
+    };
+    std::map<std::string, size_t, std::less<>> index;
+    for (size_t i = 0; i < array_leaves.size(); ++i) {
+      if (!index.emplace(array_leaves[i]->param_name(), i).second) {
+        bad("two arrays of _METADATA share the parameter name '" + array_leaves[i]->param_name() + "'",
+            array_leaves[i]->param_name());
+      }
+    }
+    std::vector<bool> used(tensors.size(), false);
+    Tree tree;
+    try {
+      tree = detail::tree_from_json(record.tree, [&](std::string_view name) -> Tensor {
+        const auto found = index.find(name);
+        if (found == index.end()) {
+          bad("the tree names array '" + std::string(name) + "', which _METADATA does not list", std::string(name));
+        }
+        if (used[found->second]) bad("the tree names array '" + std::string(name) + "' twice", std::string(name));
+        used[found->second] = true;
+        return std::move(tensors[found->second]);
+      });
+    } catch (Error& error) {
+      if (!error.context().path.empty()) throw;
+      bad(error.message(), error.context().entry);
+    }
+    if (!tree.is_container()) bad("the tree is not a map or a list", "");
+    for (size_t i = 0; i < used.size(); ++i) {
+      if (!used[i]) {
+        bad("array '" + array_leaves[i]->param_name() + "' of _METADATA is missing from the tree",
+            array_leaves[i]->param_name());
+      }
+    }
+    return tree;
   }
 
   Tree value(const MetadataLeaf& leaf) {
@@ -161,7 +212,7 @@ class ItemReader {
         const OcdbtValue* chunk = store_->find(name + "/" + key);
         if (chunk == nullptr) return std::nullopt;
         return store_->read(*chunk);
-      }, context);
+      }, context, defer_);
     }
     const fs::path array_dir = dir_ / name;
     const fs::path zarray = array_dir / ".zarray";
@@ -174,11 +225,12 @@ class ItemReader {
       if (!is_file(chunk)) return std::nullopt;
       const auto file = detail::MappedFile::open(chunk);
       return file->slice(0, file->size());
-    }, {.path = array_dir, .entry = name});
+    }, {.path = array_dir, .entry = name}, defer_);
   }
 
   fs::path dir_;
   unsigned threads_ = 0;
+  bool defer_ = false;
   std::optional<OcdbtStore> store_;
   std::map<const MetadataLeaf*, Tensor> arrays_;
   std::optional<std::map<std::string, std::string>> strings_;
@@ -219,24 +271,35 @@ Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
     throw Error(ErrorCode::kUnsupported, "not an Orbax checkpoint directory (no _METADATA or _CHECKPOINT_METADATA)",
                 {.path = path});
   }
+  // A lazy open decodes nothing; verify and load-into-memory decode now.
+  const bool defer = options.lazy && !options.verify;
   Contents contents;
   contents.format = "orbax";
   const fs::path checkpoint_metadata = path / "_CHECKPOINT_METADATA";
+  const bool item = is_file(path / "_METADATA");
+  // ckpt's record: in an item directory that ckpt wrote (both files side by side).
+  simdjson::dom::parser parser;
+  std::optional<Record> record;
   if (is_file(checkpoint_metadata)) {
-    contents.metadata = flatten_checkpoint_metadata(read_text(checkpoint_metadata), {.path = checkpoint_metadata});
+    const std::string text = read_text(checkpoint_metadata);
+    simdjson::dom::element root;
+    if (item && !parser.parse(text).get(root)) record = find_record(root, {.path = checkpoint_metadata});
+    contents.metadata = flatten_checkpoint_metadata(text, {.path = checkpoint_metadata},
+                                                    record ? "custom_metadata." + std::string(kRecordKey) : "");
   }
-  if (is_file(path / "_METADATA")) {
-    contents.tree = ItemReader(path, options.threads).read();
+  if (item) {
+    contents.tree = ItemReader(path, options.threads, defer).read(record ? &*record : nullptr, checkpoint_metadata);
+    if (record) contents.format_version = static_cast<int>(record->version);
   } else {
     const std::vector<std::string> items = step_items(path);
     if (items.empty()) {
       throw Error(ErrorCode::kCorrupt, "the step directory holds no item (no folder with _METADATA)", {.path = path});
     }
     if (items.size() == 1 && items[0] == "default") {
-      contents.tree = ItemReader(path / "default", options.threads).read();
+      contents.tree = ItemReader(path / "default", options.threads, defer).read();
     } else {
       contents.tree = Tree::map();
-      for (const std::string& item : items) contents.tree.set(item, ItemReader(path / item, options.threads).read());
+      for (const std::string& item : items) contents.tree.set(item, ItemReader(path / item, options.threads, defer).read());
     }
   }
   for (const Tree::Leaf& leaf : contents.tree.tensor_leaves()) {

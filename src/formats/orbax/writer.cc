@@ -16,6 +16,7 @@
 #include "formats/orbax/metadata.h"
 #include "formats/orbax/reader.h"
 #include "formats/orbax/zarr.h"
+#include "formats/tree_json.h"
 #include "io/atomic_file.h"
 #include "io/parallel.h"
 
@@ -48,67 +49,97 @@ struct PlannedLeaf {
   throw Error(ErrorCode::kUnsupported, message, {.entry = entry});
 }
 
-void plan(const Tree& node, std::vector<MetadataKey>& keys, std::vector<PlannedLeaf>& out) {
-  PlannedLeaf leaf;
-  leaf.keys = keys;
-  leaf.name = MetadataLeaf{.keys = keys}.param_name();
-  const auto scalar = [&](DType dtype, const void* value) {
-    leaf.value_type = "scalar";
-    leaf.array = Tensor::from_bytes(dtype, {}, {static_cast<const std::byte*>(value), dtype_size(dtype)});
-  };
-  switch (node.kind()) {
-    case Tree::Kind::kMap:
-    case Tree::Kind::kList:
-      if (node.size() == 0 && !keys.empty()) {
-        leaf.value_type = node.is_map() ? "Dict" : "List";
+// Walks the tree in order, one PlannedLeaf per Orbax leaf. With `extras`,
+// what Orbax cannot hold is approximated (integer map keys as their decimal
+// text, bytes as None) and ckpt's record keeps the truth; `tensors` gets
+// every tensor leaf with its parameter name, for the record.
+class Planner {
+ public:
+  explicit Planner(bool extras) : extras_(extras) {}
+
+  void plan(const Tree& node) {
+    PlannedLeaf leaf;
+    leaf.keys = keys_;
+    leaf.name = MetadataLeaf{.keys = keys_}.param_name();
+    const auto scalar = [&](DType dtype, const void* value) {
+      leaf.value_type = "scalar";
+      leaf.array = Tensor::from_bytes(dtype, {}, {static_cast<const std::byte*>(value), dtype_size(dtype)});
+    };
+    switch (node.kind()) {
+      case Tree::Kind::kMap:
+      case Tree::Kind::kList:
+        if (node.size() == 0 && !keys_.empty()) {
+          leaf.value_type = node.is_map() ? "Dict" : "List";
+          break;
+        }
+        plan_children(node, leaf.name);
+        return;
+      case Tree::Kind::kTensor:
+        leaf.value_type = "np.ndarray";
+        leaf.array = node.tensor();
+        tensors.push_back({leaf.name, &node});
+        break;
+      case Tree::Kind::kNone:
+        leaf.value_type = "None";
+        break;
+      case Tree::Kind::kBool: {
+        const bool value = node.boolean();
+        scalar(DType::kBool, &value);
         break;
       }
-      for (const TreeEntry& entry : node.entries()) {
-        if (node.is_map() && !std::holds_alternative<std::string>(entry.key)) {
-          unsupported("Orbax holds string dict keys only, not the integer key " + key_to_string(entry.key),
-                      leaf.name);
-        }
-        const std::string key = key_to_string(entry.key);
-        if (key.empty() || key.find('/') != std::string::npos) {
-          unsupported("an Orbax key must be non-empty and free of \"/\": '" + key + "'", leaf.name);
-        }
-        keys.push_back({key, node.is_list()});
-        plan(entry.value, keys, out);
-        keys.pop_back();
+      case Tree::Kind::kInt: {
+        const int64_t value = node.integer();
+        scalar(DType::kInt64, &value);
+        break;
       }
-      return;
-    case Tree::Kind::kTensor:
-      leaf.value_type = "np.ndarray";
-      leaf.array = node.tensor();
-      break;
-    case Tree::Kind::kNone:
-      leaf.value_type = "None";
-      break;
-    case Tree::Kind::kBool: {
-      const bool value = node.boolean();
-      scalar(DType::kBool, &value);
-      break;
+      case Tree::Kind::kFloat: {
+        const double value = node.real();
+        scalar(DType::kFloat64, &value);
+        break;
+      }
+      case Tree::Kind::kString:
+        leaf.value_type = "string";
+        leaf.text = node.string();
+        break;
+      case Tree::Kind::kBytes:
+        if (!extras_) unsupported("Orbax has no place for raw bytes (ckpt's record keeps them with extras)", leaf.name);
+        leaf.value_type = "None";
+        break;
     }
-    case Tree::Kind::kInt: {
-      const int64_t value = node.integer();
-      scalar(DType::kInt64, &value);
-      break;
-    }
-    case Tree::Kind::kFloat: {
-      const double value = node.real();
-      scalar(DType::kFloat64, &value);
-      break;
-    }
-    case Tree::Kind::kString:
-      leaf.value_type = "string";
-      leaf.text = node.string();
-      break;
-    case Tree::Kind::kBytes:
-      unsupported("Orbax has no place for raw bytes", leaf.name);
+    if (keys_.empty()) unsupported("an Orbax checkpoint's root must be a map or a list, not a single leaf", "");
+    leaves.push_back(std::move(leaf));
   }
-  if (keys.empty()) unsupported("an Orbax checkpoint's root must be a map or a list, not a single leaf", "");
-  out.push_back(std::move(leaf));
-}
+
+  std::vector<PlannedLeaf> leaves;
+  std::vector<Tree::Leaf> tensors;
+
+ private:
+  void plan_children(const Tree& node, const std::string& name) {
+    std::set<std::string> seen;  // Orbax's keys of this map
+    for (const TreeEntry& entry : node.entries()) {
+      if (node.is_map() && !std::holds_alternative<std::string>(entry.key) && !extras_) {
+        unsupported("Orbax holds string dict keys only, not the integer key " + key_to_string(entry.key) +
+                        " (ckpt's record keeps them with extras)",
+                    name);
+      }
+      const std::string key = key_to_string(entry.key);
+      if (key.empty() || key.find('/') != std::string::npos) {
+        unsupported("an Orbax key must be non-empty and free of \"/\": '" + key + "'", name);
+      }
+      if (node.is_map() && !seen.insert(key).second) {
+        unsupported("the map holds the integer key " + key + " and the string key '" + key +
+                        "', one key to Orbax",
+                    name);
+      }
+      keys_.push_back({key, node.is_list()});
+      plan(entry.value);
+      keys_.pop_back();
+    }
+  }
+
+  bool extras_;
+  std::vector<MetadataKey> keys_;
+};
 
 std::string tree_metadata_json(const std::vector<PlannedLeaf>& leaves) {
   detail::JsonWriter out;
@@ -153,7 +184,9 @@ std::string tree_metadata_json(const std::vector<PlannedLeaf>& leaves) {
   return out.take();
 }
 
-std::string checkpoint_metadata_json() {
+// `record`: ckpt's record to put in custom_metadata (see metadata.h), or
+// empty for none.
+std::string checkpoint_metadata_json(const Tree* record_tree, std::span<const Tree::Leaf> tensors) {
   detail::JsonWriter out;
   out.begin_object();
   out.key("item_handlers");
@@ -166,6 +199,15 @@ std::string checkpoint_metadata_json() {
   out.end_object();
   out.key("custom_metadata");
   out.begin_object();
+  if (record_tree != nullptr) {
+    out.key(kRecordKey);
+    out.begin_object();
+    out.key("version");
+    out.integer(kRecordVersion);
+    out.key("tree");
+    detail::write_tree_json(out, *record_tree, tensors);
+    out.end_object();
+  }
   out.end_object();
   out.end_object();
   return out.take();
@@ -274,10 +316,13 @@ void check_target(const fs::path& path) {
 }  // namespace
 
 void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions& options) {
-  std::vector<PlannedLeaf> leaves;
-  std::vector<MetadataKey> keys;
   if (!tree.is_container()) unsupported("an Orbax checkpoint's root must be a map or a list, not a single leaf", "");
-  plan(tree, keys, leaves);
+  Planner planner(options.extras);
+  planner.plan(tree);
+  const std::vector<PlannedLeaf>& leaves = planner.leaves;
+  // Built before anything is written: a string that is not UTF-8 is refused here.
+  const std::string checkpoint_metadata =
+      checkpoint_metadata_json(options.extras ? &tree : nullptr, planner.tensors);
   std::set<std::string> names;
   bool has_strings = false;
   for (const PlannedLeaf& leaf : leaves) {
@@ -292,7 +337,7 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
   TemporaryDirectory temporary(path);
   const fs::path& root = temporary.path();
   write_text(root / "_METADATA", tree_metadata_json(leaves), options);
-  write_text(root / "_CHECKPOINT_METADATA", checkpoint_metadata_json(), options);
+  write_text(root / "_CHECKPOINT_METADATA", checkpoint_metadata, options);
   if (has_strings) {
     detail::JsonWriter strings;
     strings.begin_object();

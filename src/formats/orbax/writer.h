@@ -20,7 +20,10 @@ inline constexpr bool kWriterReady = true;
 // uncompressed chunk covering the array (`<name>/0.0`; "0" when 0-d).
 // Tensors are np.ndarray leaves; bool, int and float leaves Python scalars
 // (0-d "|b1", "<i8", "<f8" arrays); none, empty maps and empty lists keep
-// their kinds.
+// their kinds. With options.extras, integer map keys are written as their
+// decimal text and bytes leaves as None, and _CHECKPOINT_METADATA's
+// custom_metadata holds ckpt's record of the exact tree (metadata.h
+// find_record), from which ckpt reads it back unchanged.
 //
 // Atomic: everything is written under "<parent>/.<name>.ckpt-tmp-<random>/"
 // (with options.fsync, made durable by one syncfs() of that file system
@@ -30,9 +33,11 @@ inline constexpr bool kWriterReady = true;
 // the old checkpoint or the new one, never a mixture. A failure
 // leaves `path` as it was and removes the temporary directory.
 //
-// Throws Error{kUnsupported} naming the entry for what Orbax cannot hold
-// (bytes, integer map keys, a root that is not a map or list, two leaves
-// with one Orbax parameter name, keys with "/"), {kInvalidArgument} if `path`
+// Throws Error{kUnsupported} naming the entry for what Orbax cannot hold (a
+// root that is not a map or list, two leaves with one Orbax parameter name,
+// keys with "/", a map with both the integer key N and the string key "N";
+// without extras also bytes and integer map keys; with extras, strings that
+// are not UTF-8), {kInvalidArgument} if `path`
 // is something other than an Orbax checkpoint or an empty directory, {kIo}
 // if writing fails.
 void write_checkpoint(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);

@@ -2,9 +2,12 @@
 
 #include <simdjson.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "ckpt/cast.h"
@@ -135,15 +138,179 @@ void copy_chunk(const ZarrArray& array, std::span<const int64_t> index, std::spa
   }
 }
 
-// Writes the fill value over the chunk's region (a missing chunk).
-std::vector<std::byte> fill_chunk(const ZarrArray& array, uint64_t chunk_bytes) {
-  std::vector<std::byte> chunk(chunk_bytes, std::byte{0});
-  if (array.fill.has_data()) {
-    const auto value = array.fill.bytes();
-    for (uint64_t at = 0; at < chunk_bytes; at += value.size()) std::memcpy(chunk.data() + at, value.data(), value.size());
+// Writes the fill value (zeros when it is null) over `out`, a whole number
+// of elements (a missing chunk).
+void fill_bytes(const ZarrArray& array, std::span<std::byte> out) {
+  if (!array.fill.has_data()) {
+    std::memset(out.data(), 0, out.size());
+    return;
   }
-  return chunk;
+  const auto value = array.fill.bytes();
+  for (size_t at = 0; at + value.size() <= out.size(); at += value.size()) {
+    std::memcpy(out.data() + at, value.data(), value.size());
+  }
 }
+
+// ckpt's cap on the chunks of one array: every chunk is looked up when the
+// array is opened.
+constexpr uint64_t kMaxChunks = uint64_t{1} << 22;
+
+// The stored chunks of one array, looked up and size-checked, and how to
+// decode them into the array's C-order bytes.
+class StoredArray {
+ public:
+  StoredArray(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context, uint64_t nbytes,
+              uint64_t chunk_bytes)
+      : array_(array), context_(context), nbytes_(nbytes), chunk_bytes_(chunk_bytes) {
+    const size_t rank = array_.shape.size();
+    grid_.resize(rank);
+    uint64_t count = 1;
+    contiguous_ = true;
+    for (size_t d = 0; d < rank; ++d) {
+      grid_[d] = (array_.shape[d] + array_.chunks[d] - 1) / array_.chunks[d];
+      count *= static_cast<uint64_t>(grid_[d]);  // each factor <= numel, and count <= numel (no chunk is empty)
+      if (d > 0 && array_.chunks[d] != array_.shape[d]) contiguous_ = false;
+    }
+    if (count > kMaxChunks) {
+      throw Error(ErrorCode::kUnsupported, ".zarray: " + std::to_string(count) + " chunks, more than ckpt's cap of " +
+                                               std::to_string(kMaxChunks), context_);
+    }
+    chunks_.reserve(static_cast<size_t>(count));
+    std::vector<int64_t> index(rank, 0);
+    for (uint64_t i = 0; i < count; ++i) {
+      const std::string key = chunk_key(array_, index);
+      std::optional<Buffer> stored = source(key);
+      if (stored) check_size(*stored, key);
+      chunks_.push_back(std::move(stored));
+      next(index);
+    }
+  }
+
+  // False when a zstd chunk's frames do not state their size: only decoding
+  // can check it.
+  bool sizes_known() const { return sizes_known_; }
+  // The stored bytes of chunk `i` (grid order), nullopt if never written.
+  const std::optional<Buffer>& chunk(size_t i) const { return chunks_[i]; }
+
+  // Decodes every chunk into `out` (the whole array).
+  void decode_into(std::span<std::byte> out) const {
+    if (out.size() != nbytes_) {
+      throw Error(ErrorCode::kInvalidArgument, "decode_into: " + std::to_string(out.size()) + " bytes for an array of " +
+                                                   std::to_string(nbytes_), context_);
+    }
+    std::vector<std::byte> scratch;
+    std::vector<int64_t> index = grid_;  // the grid position of chunk i
+    std::fill(index.begin(), index.end(), 0);
+    for (size_t i = 0; i < chunks_.size(); ++i) {
+      if (contiguous_) {
+        // Chunk i holds the bytes [i × chunk_bytes, ...) of the array; the
+        // last one may be cut by the shape (padding follows).
+        const uint64_t begin = i * chunk_bytes_;
+        const uint64_t length = std::min(chunk_bytes_, nbytes_ - begin);
+        const std::span<std::byte> target = out.subspan(static_cast<size_t>(begin), static_cast<size_t>(length));
+        if (length == chunk_bytes_) {
+          decode_chunk(i, index, target);
+        } else {
+          scratch.resize(static_cast<size_t>(chunk_bytes_));
+          decode_chunk(i, index, scratch);
+          std::memcpy(target.data(), scratch.data(), target.size());
+        }
+      } else {
+        scratch.resize(static_cast<size_t>(chunk_bytes_));
+        decode_chunk(i, index, scratch);
+        copy_chunk(array_, index, scratch, out);
+      }
+      next(index);
+    }
+  }
+
+ private:
+  ErrorContext chunk_context(const std::string& key) const {
+    ErrorContext out = context_;
+    out.entry += "/" + key;
+    return out;
+  }
+
+  void check_size(const Buffer& stored, const std::string& key) {
+    if (!array_.zstd) {
+      if (stored.size() != chunk_bytes_) {
+        throw Error(ErrorCode::kCorrupt, "chunk holds " + std::to_string(stored.size()) + " bytes, expected " +
+                                             std::to_string(chunk_bytes_), chunk_context(key));
+      }
+      return;
+    }
+    const std::optional<uint64_t> size = zstd_frames_size(stored.bytes(), chunk_context(key));
+    if (!size) {
+      sizes_known_ = false;
+    } else if (*size != chunk_bytes_) {
+      throw Error(ErrorCode::kCorrupt, "zstd chunk decodes to " + std::to_string(*size) + " bytes, expected " +
+                                           std::to_string(chunk_bytes_), chunk_context(key));
+    }
+  }
+
+  // Chunk `i` (grid position `index`), decoded into `out` (chunk_bytes_).
+  void decode_chunk(size_t i, std::span<const int64_t> index, std::span<std::byte> out) const {
+    const std::optional<Buffer>& stored = chunks_[i];
+    if (!stored) {
+      fill_bytes(array_, out);
+    } else if (array_.zstd) {
+      zstd_decode_exact(stored->bytes(), out, chunk_context(chunk_key(array_, index)));
+    } else {
+      stored->copy_to(out);
+    }
+  }
+
+  // The next grid position in C order.
+  void next(std::span<int64_t> index) const {
+    for (size_t d = index.size(); d-- > 0;) {
+      if (++index[d] < grid_[d]) return;
+      index[d] = 0;
+    }
+  }
+
+  ZarrArray array_;
+  ErrorContext context_;
+  uint64_t nbytes_ = 0;
+  uint64_t chunk_bytes_ = 0;
+  std::vector<int64_t> grid_;
+  std::vector<std::optional<Buffer>> chunks_;  // grid order; nullopt: never written
+  bool contiguous_ = true;
+  bool sizes_known_ = true;
+};
+
+// A deferred array: decoded into the caller's memory by copy_to(), or into
+// one heap block, once, when its address is first asked for.
+class DeferredArrayStorage final : public Storage {
+ public:
+  DeferredArrayStorage(std::shared_ptr<const StoredArray> array, size_t nbytes)
+      : array_(std::move(array)), nbytes_(nbytes) {}
+  StorageKind kind() const override { return StorageKind::kDeferred; }
+  void copy_out(const std::byte* src, std::span<std::byte> dst) const override {
+    if (src != nullptr) {  // a slice of the decoded block
+      std::memcpy(dst.data(), src, dst.size());
+    } else if (decoded_ready_.load(std::memory_order_acquire)) {
+      std::memcpy(dst.data(), decoded_.data(), dst.size());
+    } else {
+      array_->decode_into(dst);
+    }
+  }
+  const std::byte* materialize() const override {
+    std::call_once(once_, [this] {
+      Buffer buffer = Buffer::allocate(nbytes_);
+      array_->decode_into(buffer.mutable_bytes());
+      decoded_ = std::move(buffer);
+      decoded_ready_.store(true, std::memory_order_release);
+    });
+    return decoded_.data();
+  }
+
+ private:
+  std::shared_ptr<const StoredArray> array_;
+  size_t nbytes_ = 0;
+  mutable std::once_flag once_;
+  mutable Buffer decoded_;
+  mutable std::atomic<bool> decoded_ready_{false};
+};
 
 }  // namespace
 
@@ -212,7 +379,7 @@ std::string chunk_key(const ZarrArray& array, std::span<const int64_t> index) {
   return key;
 }
 
-Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context) {
+Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context, bool defer) {
   const size_t item = dtype_size(array.dtype);
   uint64_t nbytes = 0, chunk_bytes = 0;
   try {
@@ -222,57 +389,23 @@ Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const 
     fail(ErrorCode::kCorrupt, "shape or chunks overflow 64 bits", context);
   }
   if (nbytes == 0) return Tensor::empty(array.dtype, array.shape);
-  const auto chunk_context = [&](const std::string& key) {
-    ErrorContext out = context;
-    out.entry += "/" + key;
-    return out;
-  };
-  // One chunk covering the array: no reassembly.
-  if (array.chunks == array.shape) {
-    const std::string key = chunk_key(array, std::vector<int64_t>(array.shape.size(), 0));
-    std::optional<Buffer> stored = source(key);
-    if (!stored) return Tensor::from_bytes(array.dtype, array.shape, fill_chunk(array, nbytes));
-    if (!array.zstd) {
-      if (stored->size() != nbytes) {
-        throw Error(ErrorCode::kCorrupt, "chunk holds " + std::to_string(stored->size()) + " bytes, expected " +
-                                             std::to_string(nbytes), chunk_context(key));
-      }
-      return Tensor(array.dtype, array.shape, std::move(*stored));
+  if (nbytes > std::numeric_limits<size_t>::max() || chunk_bytes > std::numeric_limits<size_t>::max()) {
+    fail(ErrorCode::kUnsupported, "the array does not fit this machine's address space", context);
+  }
+  auto stored = std::make_shared<StoredArray>(array, source, context, nbytes, chunk_bytes);
+  // One uncompressed chunk covering the array: a view, no copy.
+  if (array.chunks == array.shape && !array.zstd) {
+    if (const std::optional<Buffer>& only = stored->chunk(0)) {
+      return Tensor(array.dtype, array.shape, *only);  // its size was checked above
     }
-    Tensor tensor = Tensor::empty(array.dtype, array.shape);
-    zstd_decode_exact(stored->bytes(), tensor.mutable_bytes(), chunk_context(key));
-    return tensor;
+  }
+  if (defer && stored->sizes_known()) {
+    const auto size = static_cast<size_t>(nbytes);
+    return Tensor(array.dtype, array.shape,
+                  Buffer::deferred(std::make_shared<DeferredArrayStorage>(std::move(stored), size), size));
   }
   Tensor tensor = Tensor::empty(array.dtype, array.shape);
-  const size_t rank = array.shape.size();
-  std::vector<int64_t> grid(rank), index(rank, 0);
-  for (size_t d = 0; d < rank; ++d) grid[d] = (array.shape[d] + array.chunks[d] - 1) / array.chunks[d];
-  while (true) {
-    const std::string key = chunk_key(array, index);
-    std::optional<Buffer> stored = source(key);
-    std::vector<std::byte> decoded;
-    std::span<const std::byte> chunk;
-    if (!stored) {
-      decoded = fill_chunk(array, chunk_bytes);
-      chunk = decoded;
-    } else if (array.zstd) {
-      decoded = zstd_decode(stored->bytes(), chunk_bytes, chunk_context(key));
-      chunk = decoded;
-    } else {
-      chunk = stored->bytes();
-    }
-    if (chunk.size() != chunk_bytes) {
-      throw Error(ErrorCode::kCorrupt, "chunk holds " + std::to_string(chunk.size()) + " bytes, expected " +
-                                           std::to_string(chunk_bytes), chunk_context(key));
-    }
-    copy_chunk(array, index, chunk, tensor.mutable_bytes());
-    size_t d = rank;
-    while (d-- > 0) {
-      if (++index[d] < grid[d]) break;
-      index[d] = 0;
-    }
-    if (d == static_cast<size_t>(-1)) break;
-  }
+  stored->decode_into(tensor.mutable_bytes());
   return tensor;
 }
 

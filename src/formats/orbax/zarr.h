@@ -39,11 +39,24 @@ std::string chunk_key(const ZarrArray& array, std::span<const int64_t> index);
 using ChunkSource = std::function<std::optional<Buffer>(const std::string& key)>;
 
 // Assembles the whole array. An uncompressed array of one chunk covering it
-// is a view of the stored bytes (no copy); otherwise the chunks are decoded
-// into one heap buffer. Missing chunks read as the fill value (zeros when it
-// is null), as tensorstore reads them. Throws Error{kCorrupt} naming the
-// chunk when its bytes disagree with the metadata.
-Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context);
+// is a view of the stored bytes (no copy). Otherwise, with `defer`, the
+// tensor's buffer is deferred (Buffer::deferred): its chunks are decoded
+// straight into the memory that asks for them (Tensor::read_into) or into
+// one heap block on first access; without, they are decoded now into one
+// heap buffer. Chunks that cover a whole run of the array's bytes (chunks
+// split only the first dimension, or one chunk) decode in place; others go
+// through one chunk of scratch memory. Missing chunks read as the fill value
+// (zeros when it is null), as tensorstore reads them.
+//
+// Every chunk is looked up, and its size checked, now: an uncompressed chunk
+// must hold prod(chunks) × itemsize bytes, a zstd chunk must be complete
+// frames whose headers state that size (a chunk whose frames do not state
+// their size is decoded now even with `defer`). Throws Error{kCorrupt}
+// naming the chunk when its bytes disagree with the metadata. What only
+// decoding finds (damaged compressed data) throws Error{kCorrupt}, naming
+// the chunk, from the first access of a deferred tensor's bytes.
+Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context,
+                       bool defer = false);
 
 // The `.zarray` document ckpt writes (keys sorted, as tensorstore writes
 // them): fill_value null, order C, dimension_separator ".", compressor
