@@ -14,9 +14,10 @@ namespace ckpt {
 // an earlier file at `path` is untouched and no temporary is left behind.
 // The format is options.format, else the one `path`'s extension names, else
 // safetensors.
-// Throws Error{kUnsupported} if the format cannot hold the tree (or
-// options.metadata, where the format has no place for metadata), {kIo} if
-// the operating system refuses.
+// Throws Error{kUnsupported} if the format cannot hold the tree (a tensor
+// whose dtype is not in Format::dtypes() is refused before anything is
+// written, naming the entry; so is options.metadata where the format has no
+// place for metadata), {kIo} if the operating system refuses.
 void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options = {});
 
 // Returns the tree of `path`; tensors map the file lazily and keep the

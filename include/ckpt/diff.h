@@ -51,8 +51,9 @@ struct KindMismatch {
 // are equal when both are NaN (any payload, either sign), or when
 // |a - b| <= atol (equal infinities included). A NaN facing a number is a
 // difference whose size is NaN. For complex elements the parts follow that
-// rule one by one and the size is |a - b| of the complex difference.
-// Integers (int64, uint64 included) are compared exactly; their difference
+// rule one by one and the size is |a - b| of the complex difference; a
+// float4_e2m1fn_x2 element (a byte holding two 4-bit floats) compares as
+// such a pair. Integers (int64, uint64 included) are compared exactly; their difference
 // is exact before it is rounded to double.
 struct TensorDifference {
   std::string name;

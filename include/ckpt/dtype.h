@@ -28,6 +28,13 @@ enum class DType : uint8_t {
   kComplex128,
   kFloat8E4M3FN,
   kFloat8E5M2,
+  // Appended after the rest so that existing values keep their numbers.
+  kFloat8E4M3FNUZ,
+  kFloat8E5M2FNUZ,
+  kFloat8E8M0FNU,
+  // torch.float4_e2m1fn_x2: two float4_e2m1fn values packed in one byte; a
+  // tensor's shape counts bytes, as torch's does.
+  kFloat4E2M1FNx2,
 };
 
 // Everything ckpt knows about one dtype. Codes that a format lacks are empty
@@ -35,8 +42,10 @@ enum class DType : uint8_t {
 struct DTypeInfo {
   DType dtype;
   std::string_view name;         // numpy / ml_dtypes: "float32", "bfloat16", "float8_e4m3fn"
+                                 // (and torch's "float4_e2m1fn_x2", which ml_dtypes lacks)
   size_t size;                   // bytes per element
-  std::string_view safetensors;  // "F32", "BF16", "F8_E4M3"
+  std::string_view safetensors;  // "F32", "BF16", "F8_E4M3" ("F4" counts values, not bytes:
+                                 // its header shape has twice the last dimension)
   std::string_view numpy_descr;  // little-endian descr: "<f4", "|b1"; "" where numpy has none
   std::string_view torch;        // torch dtype attribute: "float32", "bfloat16"
   std::string_view torch_storage;  // legacy typed storage class: "FloatStorage"; "" if untyped only

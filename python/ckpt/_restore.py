@@ -220,7 +220,12 @@ def _as_numpy(value: Any) -> Any:
     if _is_torch(value):
         torch = _module("torch")
         bits = {torch.bfloat16: (torch.int16, "bfloat16"), torch.float8_e4m3fn: (torch.uint8, "float8_e4m3fn"),
-                torch.float8_e5m2: (torch.uint8, "float8_e5m2")}
+                torch.float8_e5m2: (torch.uint8, "float8_e5m2"),
+                torch.float8_e4m3fnuz: (torch.uint8, "float8_e4m3fnuz"),
+                torch.float8_e5m2fnuz: (torch.uint8, "float8_e5m2fnuz"),
+                torch.float8_e8m0fnu: (torch.uint8, "float8_e8m0fnu")}
+        if value.dtype == torch.float4_e2m1fn_x2:  # packed pairs: numpy has no such dtype, only the bytes
+            return value.view(torch.uint8).numpy()
         if value.dtype in bits:
             import ml_dtypes
 
@@ -244,7 +249,9 @@ def _ckpt_torch(array: Any) -> Any:
 
     torch = _module("torch")
     bits = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
-            "float8_e5m2": (np.uint8, torch.float8_e5m2)}
+            "float8_e5m2": (np.uint8, torch.float8_e5m2), "float8_e4m3fnuz": (np.uint8, torch.float8_e4m3fnuz),
+            "float8_e5m2fnuz": (np.uint8, torch.float8_e5m2fnuz),
+            "float8_e8m0fnu": (np.uint8, torch.float8_e8m0fnu)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # read-only views of a file's private mapping
         if array.dtype.name in bits:

@@ -42,6 +42,10 @@ const py::object& numpy_dtype(DType dtype) {
     for (const DTypeInfo& info : all_dtypes()) {
       if (!info.numpy_descr.empty()) {
         f.numpy_dtypes.push_back(f.numpy.attr("dtype")(std::string(info.numpy_descr)));
+      } else if (info.dtype == DType::kFloat4E2M1FNx2) {
+        // Packed pairs have no numpy (or ml_dtypes) dtype: numpy sees the
+        // bytes (the index below keeps uint8 for kUInt8).
+        f.numpy_dtypes.push_back(f.numpy.attr("dtype")("|u1"));
       } else {
         if (!f.ml_dtypes) f.ml_dtypes = py::module_::import("ml_dtypes");
         f.numpy_dtypes.push_back(f.numpy.attr("dtype")(f.ml_dtypes.attr(std::string(info.name).c_str())));
@@ -123,10 +127,11 @@ py::array numpy_view(const Tensor& tensor, bool writable, bool as_bits) {
   return array;
 }
 
-py::object tensor_out(const Tensor& tensor, Framework framework) {
+py::object tensor_out(const Tensor& tensor, Framework framework, bool writable_numpy) {
   if (framework == Framework::kNumpy) {
-    // Read-only: mapped files are shared with every other reader.
-    return numpy_view(tensor, /*writable=*/false, /*as_bits=*/false);
+    // Read-only unless asked: every array over one loaded file views the
+    // same mapping (tied weights are one Buffer).
+    return numpy_view(tensor, writable_numpy, /*as_bits=*/false);
   }
   // torch tensors are writable; the mapping is private (copy on write), so a
   // write never reaches the file.

@@ -24,9 +24,12 @@ void init_values();
 // "numpy"/"np" or "torch"/"pt". Throws Error{kInvalidArgument} otherwise.
 Framework framework_from(const std::string& name);
 
-// A tensor as a read-only numpy array (kNumpy) or a writable torch tensor
-// over the same memory (kTorch), kept alive by a capsule holding its Buffer.
-py::object tensor_out(const Tensor& tensor, Framework framework);
+// A tensor as a numpy array (kNumpy; read-only unless `writable_numpy`) or a
+// writable torch tensor over the same memory (kTorch), kept alive by a
+// capsule holding its Buffer. Writable views are for memory that is private
+// to this process: a private (copy-on-write) mapping or heap memory; never
+// memory lent by an immutable Python object.
+py::object tensor_out(const Tensor& tensor, Framework framework, bool writable_numpy = false);
 
 // The tree as dicts, lists and Python scalars, tensors as tensor_out().
 py::object value_out(const Tree& tree, Framework framework);

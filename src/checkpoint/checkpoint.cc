@@ -26,6 +26,24 @@ void require_writable(const Format& format, const std::filesystem::path& path) {
   }
 }
 
+// Every tensor's dtype must be one the format declares (Format::dtypes()),
+// so that no writer meets a dtype it has no code for (TensorFlow has none for
+// float8_e8m0fnu, numpy none for bfloat16).
+void require_dtypes(const Format& format, const Tree& tree) {
+  const std::vector<DType> held = format.dtypes();
+  std::vector<bool> holds(all_dtypes().size(), false);
+  for (DType dtype : held) holds[static_cast<size_t>(dtype)] = true;
+  if (std::all_of(holds.begin(), holds.end(), [](bool h) { return h; })) return;
+  for (const Tree::Leaf& leaf : tree.tensor_leaves()) {
+    const DType dtype = leaf.value->tensor().dtype();
+    if (!holds[static_cast<size_t>(dtype)]) {
+      throw Error(ErrorCode::kUnsupported,
+                  "format '" + std::string(format.id()) + "' cannot hold dtype " + std::string(dtype_name(dtype)),
+                  {.entry = leaf.name});
+    }
+  }
+}
+
 // Runs `body`, adding `path` to any ckpt::Error that lacks it.
 template <class Body>
 auto with_path(const std::filesystem::path& path, Body body) -> decltype(body()) {
@@ -145,6 +163,7 @@ void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions
                   "format '" + std::string(format.id()) + "' has no place for metadata (" +
                       std::to_string(options.metadata.size()) + " entries given)");
     }
+    require_dtypes(format, tree);
     format.write(path, tree, options);
   });
 }

@@ -72,6 +72,36 @@ double decode_float8_e5m2(uint8_t bits) {
   return sign * std::ldexp(4 + mantissa, exponent - 17);
 }
 
+// float8_e4m3fnuz / float8_e5m2fnuz (Graphcore / AMD "fnuz"): bias 8 / 16,
+// every exponent finite, no infinities and no -0: 0x80 is the one NaN.
+double decode_float8_fnuz(uint8_t bits, int mantissa_bits, int bias) {
+  if (bits == 0x80) return std::numeric_limits<double>::quiet_NaN();
+  const double sign = (bits & 0x80) ? -1.0 : 1.0;
+  const int exponent = (bits & 0x7f) >> mantissa_bits;
+  const int mantissa = bits & ((1 << mantissa_bits) - 1);
+  if (exponent == 0) return sign * std::ldexp(mantissa, 1 - bias - mantissa_bits);
+  return sign * std::ldexp((1 << mantissa_bits) + mantissa, exponent - bias - mantissa_bits);
+}
+double decode_float8_e4m3fnuz(uint8_t bits) { return decode_float8_fnuz(bits, 3, 8); }
+double decode_float8_e5m2fnuz(uint8_t bits) { return decode_float8_fnuz(bits, 2, 16); }
+
+// float8_e8m0fnu (OCP MX scale): 8 exponent bits (bias 127), no sign, no
+// mantissa, no zero; 0xFF is NaN.
+double decode_float8_e8m0fnu(uint8_t bits) {
+  if (bits == 0xff) return std::numeric_limits<double>::quiet_NaN();
+  return std::ldexp(1.0, bits - 127);
+}
+
+// float4_e2m1fn, one nibble of float4_e2m1fn_x2: 1 sign, 2 exponent (bias 1),
+// 1 mantissa bit; all 16 patterns finite (0.5 the subnormal, 6 the largest).
+double decode_float4_e2m1fn(uint8_t nibble) {
+  const double sign = (nibble & 0x8) ? -1.0 : 1.0;
+  const int exponent = (nibble >> 1) & 0x3;
+  const int mantissa = nibble & 0x1;
+  if (exponent == 0) return sign * 0.5 * mantissa;
+  return sign * std::ldexp(2 + mantissa, exponent - 2);
+}
+
 // ---- The element rule (diff.h), accumulated over one tensor. ----
 
 class Comparison {
@@ -187,6 +217,20 @@ void compare_elements(DType dtype, const std::byte* a, const std::byte* b, uint6
       return compare_real<uint8_t>(a, b, n, comparison, decode_float8_e4m3fn);
     case DType::kFloat8E5M2:
       return compare_real<uint8_t>(a, b, n, comparison, decode_float8_e5m2);
+    case DType::kFloat8E4M3FNUZ:
+      return compare_real<uint8_t>(a, b, n, comparison, decode_float8_e4m3fnuz);
+    case DType::kFloat8E5M2FNUZ:
+      return compare_real<uint8_t>(a, b, n, comparison, decode_float8_e5m2fnuz);
+    case DType::kFloat8E8M0FNU:
+      return compare_real<uint8_t>(a, b, n, comparison, decode_float8_e8m0fnu);
+    case DType::kFloat4E2M1FNx2:
+      // One element is a packed pair: compared as one, like a complex number's parts.
+      for (uint64_t i = 0; i < n; ++i) {
+        const auto pa = static_cast<uint8_t>(a[i]), pb = static_cast<uint8_t>(b[i]);
+        comparison.complex(decode_float4_e2m1fn(pa & 0xf), decode_float4_e2m1fn(pa >> 4),
+                           decode_float4_e2m1fn(pb & 0xf), decode_float4_e2m1fn(pb >> 4));
+      }
+      return;
   }
   throw Error(ErrorCode::kInvalidArgument, "diff: unknown dtype");
 }

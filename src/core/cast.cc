@@ -5,7 +5,7 @@
 // floating dtype fits a double exactly) or complex<double>; it is then
 // narrowed to the target with a single rounding. float32 and float64 targets
 // use the hardware conversions (IEEE, round to nearest even); float16,
-// bfloat16 and the float8s are encoded by round_to() from an exact
+// bfloat16 and the float8s (SmallFloat) are encoded by round_to() from an exact
 // sign × integer × 2^exponent, so float64 and 64-bit integers round to them
 // once, never through float32.
 
@@ -44,6 +44,12 @@ struct SmallFloat {
   bool writes_nan_payload;  // a NaN's top payload bits go along when encoding (float16, as numpy)
   bool reads_nan_payload;   // ... when decoding (not float8, as ml_dtypes)
   bool has_infinity;
+  // "fnuz": the pattern of -0 (the sign bit alone) is the only NaN, so there
+  // is no negative zero; a negative value that rounds to zero becomes +0.
+  bool negative_zero_is_nan = false;
+  // float8_e8m0fnu: no sign, no mantissa, no zero: bits b (0..254) are
+  // 2^(b - bias), 0xFF is NaN. Encoded by round_to_power_of_two().
+  bool power_of_two_only = false;
 };
 
 // IEEE 754 binary16.
@@ -55,14 +61,46 @@ constexpr SmallFloat kBFloat16{8, 7, 127, 0x7F7F, 0x7F80, 0x7FC0, false, true, t
 constexpr SmallFloat kFloat8E4M3FN{4, 3, 7, 0x7E, 0x7F, 0x7F, false, false, false};
 // OCP FP8 E5M2: a binary16 without its low byte; ml_dtypes' NaN is 0x7E.
 constexpr SmallFloat kFloat8E5M2{5, 2, 15, 0x7B, 0x7C, 0x7E, false, false, true};
+// The "fnuz" float8s of Graphcore / AMD (ml_dtypes float8_e4m3fnuz,
+// float8_e5m2fnuz): one more bias than E4M3 / E5M2, every exponent finite
+// (0x7F is the largest: 240 and 57344), 0x80 the one NaN; too large values
+// and infinities become NaN, as in ml_dtypes.
+constexpr SmallFloat kFloat8E4M3FNUZ{4, 3, 8, 0x7F, 0x80, 0x80, false, false, false, true};
+constexpr SmallFloat kFloat8E5M2FNUZ{5, 2, 16, 0x7F, 0x80, 0x80, false, false, false, true};
+// OCP MX E8M0 scale (ml_dtypes float8_e8m0fnu): 2^-127 .. 2^127, 0xFF NaN.
+// sign_bit() is 0x100, outside the byte: no pattern has a sign.
+constexpr SmallFloat kFloat8E8M0FNU{8, 0, 127, 0xFE, 0xFF, 0xFF, false, false, false, false, true};
 
 uint32_t sign_bit(const SmallFloat& format) { return 1u << (format.exponent_bits + format.mantissa_bits); }
+
+// float8_e8m0fnu's bits for (negative ? -1 : 1) × significand × 2^exponent,
+// as ml_dtypes 0.5 converts a float32: zero and negative values become NaN;
+// from 2^-126 (float32's smallest normal) up, the nearer power of two, ties
+// up (ml_dtypes rounds float32's bits with the implicit one as the last kept
+// bit, which is odd, so a tie always rounds up); too large is NaN. Below
+// 2^-126 it rounds float32's subnormal bits, whose implicit bit is 0: a value
+// above 2^-127 becomes 2^-126, any smaller one 2^-127 (it never becomes NaN).
+uint32_t round_to_power_of_two(const SmallFloat& format, bool negative, uint64_t significand, int exponent) {
+  if (negative || significand == 0) return format.nan;
+  const int lead = 63 - std::countl_zero(significand);
+  const int top = lead + exponent;  // the value lies in [2^top, 2^(top + 1))
+  constexpr int kFloat32MinExponent = -126;
+  if (top < kFloat32MinExponent) {
+    return top == kFloat32MinExponent - 1 && !std::has_single_bit(significand) ? 1u : 0u;
+  }
+  const bool half_or_more = lead > 0 && ((significand >> (lead - 1)) & 1) != 0;
+  const int bits = top + format.bias + (half_or_more ? 1 : 0);
+  return bits > static_cast<int>(format.max_finite) ? format.nan : static_cast<uint32_t>(bits);
+}
 
 // The format's bits nearest to (negative ? -1 : 1) × significand × 2^exponent,
 // ties to even.
 uint32_t round_to(const SmallFloat& format, bool negative, uint64_t significand, int exponent) {
+  if (format.power_of_two_only) return round_to_power_of_two(format, negative, significand, exponent);
+  // fnuz: zero is always +0 (its sign bit alone is NaN).
   const uint32_t sign = negative ? sign_bit(format) : 0;
-  if (significand == 0) return sign;
+  const uint32_t zero = format.negative_zero_is_nan ? 0 : sign;
+  if (significand == 0) return zero;
   // The value lies in [2^top, 2^(top + 1)).
   const int top = 63 - std::countl_zero(significand) + exponent;
   const int min_exponent = 1 - format.bias;
@@ -87,6 +125,7 @@ uint32_t round_to(const SmallFloat& format, bool negative, uint64_t significand,
   const uint64_t bits =
       top < min_exponent ? units : (static_cast<uint64_t>(top + format.bias - 1) << format.mantissa_bits) + units;
   if (bits > format.max_finite) return sign | format.overflow;
+  if (bits == 0) return zero;
   return sign | static_cast<uint32_t>(bits);
 }
 
@@ -96,6 +135,7 @@ uint32_t encode(const SmallFloat& format, double value) {
   const int biased = static_cast<int>((bits >> 52) & 0x7FF);
   const uint64_t mantissa = bits & ((uint64_t{1} << 52) - 1);
   if (biased == 0x7FF) {
+    if (format.power_of_two_only) return format.nan;  // e8m0 has neither infinity nor sign
     const uint32_t sign = negative ? sign_bit(format) : 0;
     if (mantissa == 0) return sign | format.overflow;  // ±inf
     uint32_t nan = format.nan;
@@ -116,6 +156,12 @@ uint32_t encode(const SmallFloat& format, int64_t value) {
 uint32_t encode(const SmallFloat& format, uint64_t value) { return round_to(format, false, value, 0); }
 
 double decode(const SmallFloat& format, uint32_t bits) {
+  constexpr double kQuietNaN = std::numeric_limits<double>::quiet_NaN();
+  if (format.power_of_two_only) {
+    return bits == format.nan ? kQuietNaN : std::ldexp(1.0, static_cast<int>(bits) - format.bias);
+  }
+  // fnuz NaN: ml_dtypes gives it the sign of its bits, negative.
+  if (format.negative_zero_is_nan && bits == sign_bit(format)) return -kQuietNaN;
   const uint32_t body = bits & (sign_bit(format) - 1);
   const bool negative = (bits & sign_bit(format)) != 0;
   const uint32_t exponent = body >> format.mantissa_bits;
@@ -146,6 +192,9 @@ const SmallFloat* small_float(DType dtype) {
     case DType::kBFloat16: return &kBFloat16;
     case DType::kFloat8E4M3FN: return &kFloat8E4M3FN;
     case DType::kFloat8E5M2: return &kFloat8E5M2;
+    case DType::kFloat8E4M3FNUZ: return &kFloat8E4M3FNUZ;
+    case DType::kFloat8E5M2FNUZ: return &kFloat8E5M2FNUZ;
+    case DType::kFloat8E8M0FNU: return &kFloat8E8M0FNU;
     default: return nullptr;
   }
 }
@@ -393,6 +442,7 @@ struct Range {
   int max_exponent;
   int min_exponent;
   bool infinity;
+  bool negative_zero = false;  // -0 distinct from +0 (IEEE-like floats, not fnuz)
 };
 
 Range range_of(DType dtype) {
@@ -405,14 +455,19 @@ Range range_of(DType dtype) {
     case DType::kUInt16: return {false, false, 16, 0, 0, false};
     case DType::kUInt32: return {false, false, 32, 0, 0, false};
     case DType::kUInt64: return {false, false, 64, 0, 0, false};
-    case DType::kFloat16: return {true, true, 11, 15, -24, true};
-    case DType::kBFloat16: return {true, true, 8, 127, -133, true};
-    case DType::kFloat32: return {true, true, 24, 127, -149, true};
-    case DType::kFloat64: return {true, true, 53, 1023, -1074, true};
-    case DType::kFloat8E4M3FN: return {true, true, 4, 8, -9, false};
-    default: return {true, true, 3, 15, -16, true};  // float8_e5m2
+    case DType::kFloat16: return {true, true, 11, 15, -24, true, true};
+    case DType::kBFloat16: return {true, true, 8, 127, -133, true, true};
+    case DType::kFloat32: return {true, true, 24, 127, -149, true, true};
+    case DType::kFloat64: return {true, true, 53, 1023, -1074, true, true};
+    case DType::kFloat8E4M3FN: return {true, true, 4, 8, -9, false, true};
+    case DType::kFloat8E4M3FNUZ: return {true, true, 4, 7, -10, false, false};
+    case DType::kFloat8E5M2FNUZ: return {true, true, 3, 15, -17, false, false};
+    case DType::kFloat8E8M0FNU: return {true, false, 1, 127, -127, false, false};
+    default: return {true, true, 3, 15, -16, true, true};  // float8_e5m2
   }
 }
+
+bool is_packed(DType dtype) { return dtype == DType::kFloat4E2M1FNx2; }
 
 bool is_complex(DType dtype) { return dtype == DType::kComplex64 || dtype == DType::kComplex128; }
 
@@ -426,6 +481,11 @@ Tensor cast(const Tensor& tensor, DType dtype, unsigned threads) {
                                                  std::string(dtype_name(dtype)) + ": it has no data");
   }
   if (tensor.dtype() == dtype) return tensor;
+  if (is_packed(tensor.dtype()) || is_packed(dtype)) {
+    throw Error(ErrorCode::kUnsupported, "cannot cast " + std::string(dtype_name(tensor.dtype())) + " to " +
+                                             std::string(dtype_name(dtype)) +
+                                             ": ckpt does not convert packed float4 pairs (float4_e2m1fn_x2)");
+  }
   const std::span<const std::byte> src = tensor.bytes();
   Tensor out = Tensor::empty(dtype, tensor.shape());
   const std::span<std::byte> dst = out.mutable_bytes();
@@ -445,7 +505,11 @@ Tensor cast(const Tensor& tensor, DType dtype, unsigned threads) {
 }
 
 bool cast_is_exact(DType from, DType to) {
-  if (from == to || from == DType::kBool) return true;
+  if (from == to) return true;
+  if (is_packed(from) || is_packed(to)) return false;  // cast() refuses them
+  // e8m0 has no zero (false, 0 and 0.0 become NaN) and no negative values.
+  if (to == DType::kFloat8E8M0FNU) return false;
+  if (from == DType::kBool) return true;
   if (to == DType::kBool) return false;
   if (is_complex(from)) return is_complex(to) && cast_is_exact(component(from), component(to));
   if (is_complex(to)) return cast_is_exact(from, component(to));
@@ -457,7 +521,7 @@ bool cast_is_exact(DType from, DType to) {
   // signed minimum -2^digits, that power of two.
   if (!a.floating) return b.digits >= a.digits && b.max_exponent >= a.digits;
   return b.digits >= a.digits && b.max_exponent >= a.max_exponent && b.min_exponent <= a.min_exponent &&
-         (b.infinity || !a.infinity);
+         (b.infinity || !a.infinity) && (b.negative_zero || !a.negative_zero) && (b.is_signed || !a.is_signed);
 }
 
 }  // namespace ckpt

@@ -10,8 +10,11 @@ namespace {
 // Codes: safetensors from tensor.rs's Dtype (which has no complex128); numpy descrs from
 // numpy/lib/format.py (little-endian); torch names from torch/_tensor_str and
 // storage classes from torch/storage.py; TensorFlow codes from
-// tensorflow/core/framework/types.proto.
-constexpr std::array<DTypeInfo, 17> kDTypes = {{
+// tensorflow/core/framework/types.proto (TF 2.21: FLOAT8_E4M3FNUZ = 26,
+// FLOAT8_E5M2FNUZ = 28; it has no E8M0, and its FLOAT4_E2M1FN = 33 holds one
+// value per byte, not torch's packed pairs). The fnuz, e8m0 and float4 rows
+// were added later, at the end, with torch 2.13 / safetensors 0.8 names.
+constexpr std::array<DTypeInfo, 21> kDTypes = {{
     {DType::kBool, "bool", 1, "BOOL", "|b1", "bool", "BoolStorage", 10},
     {DType::kInt8, "int8", 1, "I8", "|i1", "int8", "CharStorage", 6},
     {DType::kInt16, "int16", 2, "I16", "<i2", "int16", "ShortStorage", 5},
@@ -29,7 +32,20 @@ constexpr std::array<DTypeInfo, 17> kDTypes = {{
     {DType::kComplex128, "complex128", 16, "", "<c16", "complex128", "ComplexDoubleStorage", 18},
     {DType::kFloat8E4M3FN, "float8_e4m3fn", 1, "F8_E4M3", "", "float8_e4m3fn", "", 25},
     {DType::kFloat8E5M2, "float8_e5m2", 1, "F8_E5M2", "", "float8_e5m2", "", 24},
+    {DType::kFloat8E4M3FNUZ, "float8_e4m3fnuz", 1, "F8_E4M3FNUZ", "", "float8_e4m3fnuz", "", 26},
+    {DType::kFloat8E5M2FNUZ, "float8_e5m2fnuz", 1, "F8_E5M2FNUZ", "", "float8_e5m2fnuz", "", 28},
+    {DType::kFloat8E8M0FNU, "float8_e8m0fnu", 1, "F8_E8M0", "", "float8_e8m0fnu", "", -1},
+    {DType::kFloat4E2M1FNx2, "float4_e2m1fn_x2", 1, "F4", "", "float4_e2m1fn_x2", "", -1},
 }};
+
+// dtype_info() indexes the table by enum value.
+constexpr bool in_enum_order() {
+  for (size_t i = 0; i < kDTypes.size(); ++i) {
+    if (static_cast<size_t>(kDTypes[i].dtype) != i) return false;
+  }
+  return true;
+}
+static_assert(in_enum_order(), "kDTypes must list the dtypes in enum order");
 
 }  // namespace
 

@@ -319,6 +319,31 @@ TEST(DiffTest, Float8E5M2Decoding) {
   EXPECT_TRUE(equal_elements<uint8_t>(DType::kFloat8E5M2, 0x7D, 0xFE));
 }
 
+// Values per ml_dtypes 0.5.4 (astype(float32) of each bit pattern).
+TEST(DiffTest, FnuzAndE8M0Decoding) {
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E4M3FNUZ, 0x40, 0x00), 1.0);
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E4M3FNUZ, 0x7F, 0x00), 240.0);
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E4M3FNUZ, 0xC0, 0x40), 2.0);
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E4M3FNUZ, 0x01, 0x00), std::ldexp(1.0, -10));
+  EXPECT_TRUE(std::isnan(distance<uint8_t>(DType::kFloat8E4M3FNUZ, 0x80, 0x00)));  // 0x80: NaN, not -0
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E5M2FNUZ, 0x7F, 0x00), 57344.0);
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E5M2FNUZ, 0x01, 0x00), std::ldexp(1.0, -17));
+  EXPECT_TRUE(equal_elements<uint8_t>(DType::kFloat8E5M2FNUZ, 0x80, 0x80));
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E8M0FNU, 0x80, 0x7F), 1.0);  // 2 - 1
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E8M0FNU, 0x01, 0x00), std::ldexp(1.0, -127));
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat8E8M0FNU, 0xFE, 0x00), std::ldexp(1.0, 127));
+  EXPECT_TRUE(std::isnan(distance<uint8_t>(DType::kFloat8E8M0FNU, 0xFF, 0x7F)));
+}
+
+TEST(DiffTest, PackedFloat4PairsDifferByTheModulus) {
+  // Nibbles (ml_dtypes float4_e2m1fn): 0x2 = 1, 0x1 = 0.5, 0x7 = 6, 0xF = -6.
+  // 0x12 against 0x00: the pair (1, 0.5) against (0, 0).
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat4E2M1FNx2, 0x12, 0x00), std::hypot(1.0, 0.5));
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat4E2M1FNx2, 0x07, 0x0F), 12.0);
+  EXPECT_EQ(distance<uint8_t>(DType::kFloat4E2M1FNx2, 0x70, 0x00), 6.0);
+  EXPECT_TRUE(equal_elements<uint8_t>(DType::kFloat4E2M1FNx2, 0x08, 0x00));  // -0 and +0
+}
+
 TEST(DiffTest, IntegersAreComparedExactly) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min();

@@ -1,6 +1,7 @@
 // ckpt::cast and cast_is_exact. Expected bit patterns are derived by hand
 // (the comments say how) or come from numpy 2.3.5 / ml_dtypes 0.5.4
-// `astype`, pasted as literals.
+// `astype`, pasted as literals. Whole-format tables of the fnuz and e8m0
+// float8s: cast_float8_tables_test.cc.
 
 #include "ckpt/cast.h"
 
@@ -155,7 +156,8 @@ TEST(CastTest, SmallFloatsWidenAsMlDtypes) {
 }
 
 TEST(CastTest, EveryBitPatternOfASmallFloatSurvivesARoundTrip) {
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN, DType::kFloat8E5M2}) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3FN, DType::kFloat8E5M2,
+                      DType::kFloat8E4M3FNUZ, DType::kFloat8E5M2FNUZ, DType::kFloat8E8M0FNU}) {
     const size_t size = dtype_size(dtype);
     const size_t count = size_t{1} << (8 * size);
     std::vector<std::byte> bytes(count * size);
@@ -202,6 +204,27 @@ TEST(CastTest, Float64RoundsOnceToSmallFloats) {
             0x3F800001u);
 }
 
+TEST(CastTest, Float64RoundsOnceToTheNewFloat8s) {
+  // Just above a tie of the target (ulp at 1: 2^-3 for e4m3fnuz, 2^-2 for
+  // e5m2fnuz), on a tie of float32: rounding once goes up.
+  const double values[] = {1 + std::ldexp(1, -4) + std::ldexp(1, -40), 1 + std::ldexp(1, -3) + std::ldexp(1, -40)};
+  EXPECT_EQ(cast_values<uint8_t>(DType::kFloat64, std::vector<double>{values[0]}, DType::kFloat8E4M3FNUZ)[0], 0x41);
+  EXPECT_EQ(cast_values<uint8_t>(DType::kFloat64, std::vector<double>{values[1]}, DType::kFloat8E5M2FNUZ)[0], 0x41);
+  // e8m0: 1.5 - 2^-40 is below the tie (1); through float32 it would be the
+  // tie 1.5 and round up (ml_dtypes: 0x80). 2^-200 is the smallest, 2^-127
+  // (through float32 it would be 0, NaN in e8m0); 1e300 overflows to NaN.
+  EXPECT_EQ(cast_values<uint8_t>(DType::kFloat64,
+                                 std::vector<double>{1.5 - std::ldexp(1, -40), 1.5, std::ldexp(1, -200), 1e300, -0.0},
+                                 DType::kFloat8E8M0FNU),
+            (std::vector<uint8_t>{0x7F, 0x80, 0x00, 0xFF, 0xFF}));
+  // fnuz: -0.0 and negative values that round to zero are +0; -inf is NaN.
+  const std::vector<double> negatives = {-0.0, -1e-30, -std::numeric_limits<double>::infinity(), -1e300};
+  EXPECT_EQ(cast_values<uint8_t>(DType::kFloat64, negatives, DType::kFloat8E4M3FNUZ),
+            (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x80}));
+  EXPECT_EQ(cast_values<uint8_t>(DType::kFloat64, negatives, DType::kFloat8E5M2FNUZ),
+            (std::vector<uint8_t>{0x00, 0x00, 0x80, 0x80}));
+}
+
 // ---- integers ----
 
 TEST(CastTest, IntegersToFloatsRoundOnce) {
@@ -228,6 +251,16 @@ TEST(CastTest, IntegersToFloatsRoundOnce) {
   // uint8 255 in e4m3fn: between 240 (0x77) and 256 (0x78), nearer 256.
   EXPECT_EQ(cast_values<uint8_t>(DType::kUInt8, std::vector<uint8_t>{255, 17}, DType::kFloat8E4M3FN),
             (std::vector<uint8_t>{0x78, 0x58}));  // 17 is a tie between 16 (0x58) and 18 (0x59)
+  // e8m0 (ml_dtypes 0.5.4 astype): 0 and negatives are NaN; ties round up
+  // (3 -> 4, 6 -> 8, 2^62 + 2^61 -> 2^63), others to the nearer power of two.
+  EXPECT_EQ(cast_values<uint8_t>(DType::kInt64,
+                                 std::vector<int64_t>{0, 1, 2, 3, 5, 6, 7, -1, 255, (int64_t{1} << 62) + (int64_t{1} << 61)},
+                                 DType::kFloat8E8M0FNU),
+            (std::vector<uint8_t>{0xFF, 0x7F, 0x80, 0x81, 0x81, 0x82, 0x82, 0xFF, 0x87, 0xBE}));
+  EXPECT_EQ(cast_values<uint8_t>(DType::kUInt8, std::vector<uint8_t>{0, 1, 3, 255}, DType::kFloat8E8M0FNU),
+            (std::vector<uint8_t>{0xFF, 0x7F, 0x81, 0x87}));
+  EXPECT_EQ(cast_values<uint8_t>(DType::kBool, std::vector<uint8_t>{0, 1}, DType::kFloat8E8M0FNU),
+            (std::vector<uint8_t>{0xFF, 0x7F}));
   // float64 around 2^53: 2^53 + 1 is a tie (-> 2^53), 2^53 + 3 too (-> 2^53 + 4).
   EXPECT_EQ(cast_values<uint64_t>(DType::kInt64, std::vector<int64_t>{(int64_t{1} << 53) + 1, (int64_t{1} << 53) + 3},
                                   DType::kFloat64),
@@ -318,6 +351,8 @@ struct Bits {
 };
 Bits bits_of(DType dtype, int value) {
   const uint64_t all_ones = dtype_size(dtype) >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * dtype_size(dtype))) - 1;
+  // e8m0 (2^(b - 127)): 1.0 is 127; it has no zero and no sign: 0 and -1 are NaN.
+  if (dtype == DType::kFloat8E8M0FNU) return {value == 1 ? 0x7Fu : 0xFFu};
   if (value == 0) return {};
   const bool negative = value < 0;
   switch (dtype) {
@@ -330,6 +365,9 @@ Bits bits_of(DType dtype, int value) {
     case DType::kComplex128: return {negative ? 0xBFF0000000000000u : 0x3FF0000000000000u};
     case DType::kFloat8E4M3FN: return {negative ? 0xB8u : 0x38u};
     case DType::kFloat8E5M2: return {negative ? 0xBCu : 0x3Cu};
+    // fnuz: bias 8 / 16, so 1.0 is 8 << 3 and 16 << 2, both 0x40.
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2FNUZ: return {negative ? 0xC0u : 0x40u};
     default: return {negative ? all_ones : 1};  // integers
   }
 }
@@ -352,14 +390,21 @@ bool is_integer(DType dtype) {
          dtype == DType::kInt64;
 }
 
+// Every dtype but the packed float4 pairs, which cast() refuses (see
+// PackedFloat4PairsAreNotConverted).
 TEST(CastTest, EveryPairOfDtypesOnZeroOneAndMinusOne) {
   for (const DTypeInfo& from : all_dtypes()) {
+    if (from.dtype == DType::kFloat4E2M1FNx2) continue;
     std::vector<int> values = {0, 1};
-    if (from.dtype != DType::kBool && !is_unsigned(from.dtype)) values.push_back(-1);
+    if (from.dtype == DType::kFloat8E8M0FNU) values = {1};  // no zero, no sign
+    if (from.dtype != DType::kBool && from.dtype != DType::kFloat8E8M0FNU && !is_unsigned(from.dtype)) {
+      values.push_back(-1);
+    }
     std::vector<Bits> source;
     for (int value : values) source.push_back(bits_of(from.dtype, value));
     const Tensor in = tensor_of_bits(from.dtype, source);
     for (const DTypeInfo& to : all_dtypes()) {
+      if (to.dtype == DType::kFloat4E2M1FNx2) continue;
       SCOPED_TRACE(std::string(from.name) + " -> " + std::string(to.name));
       std::vector<Bits> expected;
       for (int value : values) {
@@ -384,7 +429,12 @@ TEST(CastTest, IsExactKnowsWhichCastsLoseNothing) {
       {DType::kInt32, DType::kFloat64},     {DType::kUInt8, DType::kBFloat16},    {DType::kInt8, DType::kFloat16},
       {DType::kUInt16, DType::kInt32},      {DType::kFloat8E4M3FN, DType::kFloat16}, {DType::kFloat8E5M2, DType::kFloat16},
       {DType::kFloat8E4M3FN, DType::kBFloat16}, {DType::kFloat32, DType::kComplex64}, {DType::kComplex64, DType::kComplex128},
-      {DType::kBool, DType::kFloat8E5M2},   {DType::kInt16, DType::kFloat32},     {DType::kFloat64, DType::kFloat64}};
+      {DType::kBool, DType::kFloat8E5M2},   {DType::kInt16, DType::kFloat32},     {DType::kFloat64, DType::kFloat64},
+      {DType::kFloat8E4M3FNUZ, DType::kFloat16}, {DType::kFloat8E5M2FNUZ, DType::kFloat16},
+      {DType::kFloat8E5M2FNUZ, DType::kBFloat16}, {DType::kFloat8E8M0FNU, DType::kFloat32},
+      {DType::kFloat8E8M0FNU, DType::kBFloat16}, {DType::kFloat8E8M0FNU, DType::kComplex64},
+      {DType::kBool, DType::kFloat8E4M3FNUZ}, {DType::kFloat8E8M0FNU, DType::kFloat8E8M0FNU},
+      {DType::kFloat4E2M1FNx2, DType::kFloat4E2M1FNx2}};
   for (const auto& [from, to] : exact) EXPECT_TRUE(cast_is_exact(from, to)) << dtype_name(from) << " -> " << dtype_name(to);
   const std::pair<DType, DType> lossy[] = {
       {DType::kFloat32, DType::kBFloat16},  {DType::kFloat16, DType::kBFloat16},  {DType::kBFloat16, DType::kFloat16},
@@ -392,8 +442,33 @@ TEST(CastTest, IsExactKnowsWhichCastsLoseNothing) {
       {DType::kInt8, DType::kUInt8},        {DType::kUInt8, DType::kInt8},        {DType::kUInt64, DType::kInt64},
       {DType::kFloat32, DType::kInt64},     {DType::kInt8, DType::kBool},         {DType::kComplex64, DType::kFloat64},
       {DType::kFloat8E4M3FN, DType::kFloat8E5M2}, {DType::kFloat8E5M2, DType::kFloat8E4M3FN},
-      {DType::kFloat64, DType::kComplex64}, {DType::kUInt8, DType::kFloat8E4M3FN}};
+      {DType::kFloat64, DType::kComplex64}, {DType::kUInt8, DType::kFloat8E4M3FN},
+      // -0 and infinities have no fnuz pattern; e8m0 has no zero, no sign,
+      // and float16 lacks its range.
+      {DType::kFloat8E4M3FN, DType::kFloat8E4M3FNUZ}, {DType::kFloat8E5M2, DType::kFloat8E5M2FNUZ},
+      {DType::kFloat8E4M3FNUZ, DType::kFloat8E4M3FN}, {DType::kFloat16, DType::kFloat8E5M2FNUZ},
+      {DType::kBool, DType::kFloat8E8M0FNU},  {DType::kFloat8E5M2, DType::kFloat8E8M0FNU},
+      {DType::kFloat8E8M0FNU, DType::kFloat16}, {DType::kFloat8E8M0FNU, DType::kFloat8E5M2},
+      {DType::kFloat4E2M1FNx2, DType::kUInt8}, {DType::kUInt8, DType::kFloat4E2M1FNx2}};
   for (const auto& [from, to] : lossy) EXPECT_FALSE(cast_is_exact(from, to)) << dtype_name(from) << " -> " << dtype_name(to);
+}
+
+TEST(CastTest, PackedFloat4PairsAreNotConverted) {
+  const Tensor packed = Tensor::from_values<uint8_t>(DType::kFloat4E2M1FNx2, {2}, std::vector<uint8_t>{0x12, 0xF0});
+  EXPECT_TRUE(cast(packed, DType::kFloat4E2M1FNx2).same_memory(packed));
+  const Tensor bytes = Tensor::from_values<uint8_t>(DType::kUInt8, {2}, std::vector<uint8_t>{0x12, 0xF0});
+  for (DType other : {DType::kUInt8, DType::kFloat32, DType::kFloat8E4M3FN, DType::kBool}) {
+    for (const bool from_packed : {true, false}) {
+      try {
+        from_packed ? cast(packed, other) : cast(other == DType::kUInt8 ? bytes : cast(bytes, other),
+                                                 DType::kFloat4E2M1FNx2);
+        ADD_FAILURE() << "converted " << dtype_name(other) << (from_packed ? " from" : " to") << " float4 pairs";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+        EXPECT_NE(std::string(error.what()).find("float4_e2m1fn_x2"), std::string::npos) << error.what();
+      }
+    }
+  }
 }
 
 // ---- tensors ----

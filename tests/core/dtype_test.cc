@@ -14,6 +14,17 @@ TEST(DTypeTest, NamesFollowNumpyAndMlDtypes) {
   EXPECT_EQ(dtype_name(DType::kFloat8E5M2), "float8_e5m2");
   EXPECT_EQ(dtype_name(DType::kComplex128), "complex128");
   EXPECT_EQ(dtype_name(DType::kBool), "bool");
+  EXPECT_EQ(dtype_name(DType::kFloat8E4M3FNUZ), "float8_e4m3fnuz");
+  EXPECT_EQ(dtype_name(DType::kFloat8E5M2FNUZ), "float8_e5m2fnuz");
+  EXPECT_EQ(dtype_name(DType::kFloat8E8M0FNU), "float8_e8m0fnu");
+  EXPECT_EQ(dtype_name(DType::kFloat4E2M1FNx2), "float4_e2m1fn_x2");  // torch's name: ml_dtypes has no pairs
+}
+
+TEST(DTypeTest, NewerDtypesComeAfterTheOriginalSeventeen) {
+  // Appended, so the values of the older dtypes stay what they were.
+  EXPECT_EQ(static_cast<int>(DType::kFloat8E5M2), 16);
+  EXPECT_EQ(static_cast<int>(DType::kFloat8E4M3FNUZ), 17);
+  EXPECT_EQ(static_cast<int>(DType::kFloat4E2M1FNx2), 20);
 }
 
 TEST(DTypeTest, SizesMatchTheElementWidths) {
@@ -38,10 +49,12 @@ TEST(DTypeTest, TableIsInEnumOrderAndCodesAreUnique) {
       EXPECT_TRUE(safetensors_codes.insert(info.safetensors).second) << info.safetensors;
       EXPECT_EQ(dtype_from_safetensors(info.safetensors), info.dtype);
     }
-    EXPECT_TRUE(tf_codes.insert(info.tf_code).second) << info.name;
+    if (info.tf_code != -1) {
+      EXPECT_TRUE(tf_codes.insert(info.tf_code).second) << info.name;
+    }
     EXPECT_EQ(dtype_from_name(info.name), info.dtype);
   }
-  EXPECT_EQ(index, 17u);
+  EXPECT_EQ(index, 21u);
   EXPECT_EQ(dtype_info(DType::kComplex128).safetensors, "") << "safetensors has no complex128";
   EXPECT_FALSE(dtype_from_safetensors("").has_value());
 }
@@ -51,9 +64,21 @@ TEST(DTypeTest, FormatCodesFromTheirSources) {
   EXPECT_EQ(dtype_info(DType::kFloat32).tf_code, 1);
   EXPECT_EQ(dtype_info(DType::kBFloat16).tf_code, 14);
   EXPECT_EQ(dtype_info(DType::kFloat16).tf_code, 19);
+  EXPECT_EQ(dtype_info(DType::kFloat8E4M3FNUZ).tf_code, 26);  // DT_FLOAT8_E4M3FNUZ
+  EXPECT_EQ(dtype_info(DType::kFloat8E5M2FNUZ).tf_code, 28);  // DT_FLOAT8_E5M2FNUZ
+  EXPECT_EQ(dtype_info(DType::kFloat8E8M0FNU).tf_code, -1);   // no DT_ for it
+  EXPECT_EQ(dtype_info(DType::kFloat4E2M1FNx2).tf_code, -1);  // DT_FLOAT4_E2M1FN is unpacked
   // safetensors tensor.rs
   EXPECT_EQ(dtype_info(DType::kFloat8E4M3FN).safetensors, "F8_E4M3");
   EXPECT_EQ(dtype_info(DType::kUInt8).safetensors, "U8");
+  EXPECT_EQ(dtype_info(DType::kFloat8E4M3FNUZ).safetensors, "F8_E4M3FNUZ");
+  EXPECT_EQ(dtype_info(DType::kFloat8E5M2FNUZ).safetensors, "F8_E5M2FNUZ");
+  EXPECT_EQ(dtype_info(DType::kFloat8E8M0FNU).safetensors, "F8_E8M0");
+  EXPECT_EQ(dtype_info(DType::kFloat4E2M1FNx2).safetensors, "F4");
+  // torch attributes; no legacy typed storage classes for any of them
+  EXPECT_EQ(dtype_info(DType::kFloat8E8M0FNU).torch, "float8_e8m0fnu");
+  EXPECT_EQ(dtype_info(DType::kFloat4E2M1FNx2).torch, "float4_e2m1fn_x2");
+  EXPECT_EQ(dtype_info(DType::kFloat8E4M3FNUZ).torch_storage, "");
   // numpy descr
   EXPECT_EQ(dtype_info(DType::kFloat64).numpy_descr, "<f8");
   EXPECT_EQ(dtype_info(DType::kBool).numpy_descr, "|b1");
@@ -61,7 +86,7 @@ TEST(DTypeTest, FormatCodesFromTheirSources) {
 
 TEST(DTypeTest, UnknownNamesAreNullopt) {
   EXPECT_FALSE(dtype_from_name("float31").has_value());
-  EXPECT_FALSE(dtype_from_safetensors("F4").has_value());
+  EXPECT_FALSE(dtype_from_safetensors("F6_E2M3").has_value());
   EXPECT_FALSE(dtype_from_name("").has_value());
 }
 

@@ -152,6 +152,13 @@ TEST_F(TfMalformedTest, InvalidDType) {
   EXPECT_EQ(code(bundle, "not a valid"), ErrorCode::kCorrupt);
 }
 
+TEST_F(TfMalformedTest, NegativeDType) {
+  // -1 is the "no TF code" mark of ckpt's dtype table, never a DataType.
+  Bundle bundle;
+  bundle.entry.dtype = -1;
+  EXPECT_EQ(code(bundle, "not a valid"), ErrorCode::kCorrupt);
+}
+
 TEST_F(TfMalformedTest, DTypeCkptLacks) {
   Bundle bundle;
   bundle.entry.dtype = 20;  // DT_RESOURCE

@@ -120,7 +120,11 @@ class FlaxFormat final : public Format {
   }
   std::vector<DType> dtypes() const override {
     std::vector<DType> result;
-    for (const DTypeInfo& info : all_dtypes()) result.push_back(info.dtype);
+    // Every numpy / ml_dtypes dtype; not torch's packed float4 pairs, which
+    // neither has (the reference readers refuse them).
+    for (const DTypeInfo& info : all_dtypes()) {
+      if (info.dtype != DType::kFloat4E2M1FNx2) result.push_back(info.dtype);
+    }
     return result;
   }
 

@@ -46,9 +46,9 @@ struct ReferenceDType {
 // tensor.rs `enum Dtype` in declaration order, which is the order its derived
 // Ord compares in ("They MUST be in increasing alignment order"). The
 // reference writer sorts tensors by this rank descending, then by name.
-// Note that C64 sits between F32 and F64, and that the sub-byte and
-// microscaling types (F4, F6_*, F8_E8M0, *FNUZ) are valid in files but have
-// no ckpt dtype (reading them throws kUnsupported).
+// Note that C64 sits between F32 and F64, and that F6_E2M3 and F6_E3M2 are
+// valid in files but have no ckpt dtype (reading them throws kUnsupported).
+// F4 is read as float4_e2m1fn_x2 (see kFloat4Code).
 inline constexpr std::array<ReferenceDType, 22> kReferenceDTypes = {{
     {"BOOL", 8},
     {"F4", 4},
@@ -83,6 +83,15 @@ constexpr std::optional<size_t> reference_rank(std::string_view code) {
   }
   return std::nullopt;
 }
+
+// F4 (float4_e2m1fn, 4 bits) has no byte-sized ckpt dtype: ckpt holds it as
+// float4_e2m1fn_x2, two values per byte, as torch packs them
+// (torch.float4_e2m1fn_x2, which safetensors' torch bindings load F4 as). The header's
+// shape counts values, ckpt's shape counts bytes: the reader halves the last
+// dimension (an odd one is kUnsupported; a 0-d F4 tensor, 4 bits, is
+// kCorrupt as in the reference), the writer doubles it.
+constexpr std::string_view kFloat4Code = "F4";
+constexpr int64_t kFloat4PerByte = 2;
 
 // JSON whitespace (RFC 8259), which the reference's serde_json accepts before
 // and after the header object (tensor.rs test_whitespace_*_padded_header).

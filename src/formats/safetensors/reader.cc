@@ -72,10 +72,12 @@ struct Header {
 
 class Reader {
  public:
-  Reader(const std::filesystem::path& path, const LoadOptions& options) : path_(path), options_(options) {}
+  // `whole` holds the entire file (a mapping, or memory a caller lends);
+  // `path` names it in errors.
+  Reader(const std::filesystem::path& path, Buffer whole, const LoadOptions& options)
+      : path_(path), options_(options), whole_(std::move(whole)) {}
 
   Contents read() {
-    file_ = detail::MappedFile::open(path_);
     Header header = parse_header();
     data_start_ = kHeaderLengthSize + header.length;
     std::vector<HeaderEntry*> order = validate_layout(header);
@@ -90,8 +92,9 @@ class Reader {
       const DType dtype = *dtype_from_safetensors(kReferenceDTypes[entry->rank].code);
       const uint64_t offset = data_start_ + entry->begin;
       const uint64_t size = entry->end - entry->begin;
+      if (dtype == DType::kFloat4E2M1FNx2) entry->shape.back() /= kFloat4PerByte;  // values -> bytes
       contents.entries.push_back(EntryInfo{std::string(entry->name), dtype, entry->shape, offset, size});
-      tensors.emplace_back(dtype, std::move(entry->shape), file_->slice(offset, size));
+      tensors.emplace_back(dtype, std::move(entry->shape), whole_.slice(offset, size));
     }
     for (const auto& [key, value] : header.metadata) {
       if (key != kCkptKey) contents.metadata.emplace(key, value);
@@ -130,7 +133,7 @@ class Reader {
   // ---- header: length, UTF-8, JSON, types (SafeTensors::read_metadata) ----
 
   Header parse_header() {
-    const std::span<const std::byte> bytes = file_->bytes();
+    const std::span<const std::byte> bytes = whole_.bytes();
     if (bytes.size() < kHeaderLengthSize) {
       fail("file of " + std::to_string(bytes.size()) + " bytes is shorter than the 8-byte header length", {}, 0);
     }
@@ -299,13 +302,13 @@ class Reader {
     if (__builtin_add_overflow(start, data_start_, &expected_size)) {
       fail("data_offsets end at " + std::to_string(start) + ", beyond any file size");
     }
-    if (expected_size != file_->size()) {
-      if (expected_size < file_->size()) {
-        fail(std::to_string(file_->size() - expected_size) + " trailing bytes after the last tensor", {}, expected_size);
+    if (expected_size != file_size()) {
+      if (expected_size < file_size()) {
+        fail(std::to_string(file_size() - expected_size) + " trailing bytes after the last tensor", {}, expected_size);
       }
       fail("data is shorter than declared: tensors need " + std::to_string(expected_size) +
-               " bytes of file, it has " + std::to_string(file_->size()),
-           {}, file_->size());
+               " bytes of file, it has " + std::to_string(file_size()),
+           {}, file_size());
     }
     return order;
   }
@@ -327,7 +330,23 @@ class Reader {
         throw Error(ErrorCode::kUnsupported, "a dimension exceeds ckpt's limit of 2^63-1",
                     {.path = path_, .entry = std::string(entry->name), .offset = data_start_ + entry->begin});
       }
+      // A 0-d F4 tensor (4 bits) failed validate_layout() already: the
+      // reference refuses it too. An odd last dimension is valid safetensors
+      // that ckpt (and torch) cannot hold as whole packed bytes.
+      if (code == kFloat4Code && entry->shape.back() % kFloat4PerByte != 0) {
+        throw Error(ErrorCode::kUnsupported,
+                    "F4 tensor of shape " + shape_text(entry->shape) +
+                        " has an odd last dimension; ckpt holds F4 as float4_e2m1fn_x2, two values per byte "
+                        "along the last dimension (as torch does)",
+                    {.path = path_, .entry = std::string(entry->name), .offset = data_start_ + entry->begin});
+      }
     }
+  }
+
+  static std::string shape_text(const Shape& shape) {
+    std::string text = "[";
+    for (size_t i = 0; i < shape.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(shape[i]);
+    return text + "]";
   }
 
   // ---- ckpt's extras ----
@@ -520,7 +539,9 @@ class Reader {
 
   const std::filesystem::path& path_;
   const LoadOptions& options_;
-  std::shared_ptr<const detail::MappedFile> file_;
+  uint64_t file_size() const { return whole_.size(); }
+
+  Buffer whole_;
   ReusedParser parser_{ReusedParser::kHeader};
   uint64_t data_start_ = 0;
 };
@@ -542,7 +563,13 @@ bool detect_header(std::span<const std::byte> head, uint64_t file_size) {
 }
 
 Contents read_file(const std::filesystem::path& path, const LoadOptions& options) {
-  Reader reader(path, options);
+  const std::shared_ptr<const detail::MappedFile> file = detail::MappedFile::open(path);
+  Reader reader(path, file->slice(0, file->size()), options);
+  return reader.read();
+}
+
+Contents read_bytes(const Buffer& bytes, const std::filesystem::path& label, const LoadOptions& options) {
+  Reader reader(label, bytes, options);
   return reader.read();
 }
 

@@ -22,8 +22,16 @@ bool detect_header(std::span<const std::byte> head, uint64_t file_size);
 // Contents.entries lists the stored tensors only, in file order.
 // Throws Error{kCorrupt} naming the file, the entry and the byte offset if the
 // file fails validation (or, with options.verify, a checksum);
-// {kUnsupported} for a valid file holding a dtype ckpt lacks (F4, F8_E8M0, ...)
-// or a newer extras version; {kNotFound}/{kIo} from opening the file.
+// F4 tensors come back as float4_e2m1fn_x2 with the last dimension halved
+// (layout.h kFloat4Code).
+// {kUnsupported} for a valid file holding a dtype ckpt lacks (F6_E2M3,
+// F6_E3M2), an F4 tensor with an odd last dimension, or a newer extras
+// version; {kNotFound}/{kIo} from opening the file.
 Contents read_file(const std::filesystem::path& path, const LoadOptions& options);
+
+// As read_file, for a whole file already in memory (a Python bytes object, a
+// mapping the caller made): the tensors view `bytes`, which they keep alive.
+// `label` names the source in errors (it need not exist as a file).
+Contents read_bytes(const Buffer& bytes, const std::filesystem::path& label, const LoadOptions& options);
 
 }  // namespace ckpt::safetensors_detail

@@ -17,6 +17,7 @@
 #include "formats/safetensors/layout.h"
 #include "formats/tree_json.h"
 #include "io/atomic_file.h"
+#include "io/parallel.h"
 
 namespace ckpt::safetensors_detail {
 namespace {
@@ -30,6 +31,7 @@ struct PlannedTensor {
   const Tensor* tensor;
   size_t rank;              // index into kReferenceDTypes
   bool complex_pairs;       // complex128 stored as F64 with a trailing 2
+  bool float4_pairs = false;  // float4_e2m1fn_x2 stored as F4: last dimension doubled
   uint64_t begin = 0;
   uint64_t end = 0;
 };
@@ -118,6 +120,16 @@ Layout plan_layout(const std::vector<Tree::Leaf>& leaves, bool extras) {
       code = kComplex128StorageCode;
       planned.complex_pairs = true;
     }
+    if (tensor.dtype() == DType::kFloat4E2M1FNx2) {
+      // The header's shape counts 4-bit values; torch's shape counts bytes.
+      if (tensor.ndim() == 0) {
+        unsupported("a 0-d float4_e2m1fn_x2 tensor has no last dimension to hold its two F4 values", leaf.name);
+      }
+      if (tensor.shape().back() > std::numeric_limits<int64_t>::max() / kFloat4PerByte) {
+        unsupported("float4_e2m1fn_x2 last dimension too large to double for F4", leaf.name);
+      }
+      planned.float4_pairs = true;
+    }
     const std::optional<size_t> rank = reference_rank(code);
     if (!rank) unsupported("safetensors has no code for dtype " + std::string(dtype_name(tensor.dtype())), leaf.name);
     planned.rank = *rank;
@@ -193,7 +205,12 @@ class HeaderBuilder {
       out.string(kReferenceDTypes[planned.rank].code);
       out.key(kShapeField);
       out.begin_array();
-      for (int64_t dimension : planned.tensor->shape()) out.integer(dimension);
+      const Shape& shape = planned.tensor->shape();
+      for (size_t i = 0; i < shape.size(); ++i) {
+        // F4 counts values: a float4_e2m1fn_x2 byte holds two.
+        const bool bytes_to_values = planned.float4_pairs && i + 1 == shape.size();
+        out.integer(bytes_to_values ? shape[i] * kFloat4PerByte : shape[i]);
+      }
       if (planned.complex_pairs) out.integer(2);
       out.end_array();
       out.key(kOffsetsField);
@@ -284,9 +301,33 @@ void check_metadata(const Metadata& metadata) {
   }
 }
 
+std::string length_prefix(uint64_t length) {
+  std::string prefix(kHeaderLengthSize, '\0');
+  for (size_t i = 0; i < kHeaderLengthSize; ++i) prefix[i] = static_cast<char>(length >> (8 * i));
+  return prefix;
+}
+
 }  // namespace
 
-void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
+struct PlannedFile::Plan {
+  Plan(const Tree& tree, const SaveOptions& options)
+      : tree(tree),
+        options(options),
+        leaves(tree.tensor_leaves()),
+        layout(plan_layout(leaves, options.extras)),
+        builder(tree, leaves, layout, this->options) {}
+
+  const Tree& tree;
+  const SaveOptions options;
+  const std::vector<Tree::Leaf> leaves;
+  const Layout layout;
+  const HeaderBuilder builder;
+  HeaderText header;  // with placeholder digests until the data is summed
+  uint64_t data_start = 0;
+  uint64_t data_size = 0;
+};
+
+PlannedFile::PlannedFile(const Tree& tree, const SaveOptions& options) {
   check_metadata(options.metadata);
   if (!options.extras) {
     if (!tree.is_map()) {
@@ -296,54 +337,89 @@ void write_file(const std::filesystem::path& path, const Tree& tree, const SaveO
     std::unordered_set<std::string> names;
     check_plain(tree, "", names);
   }
-  const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
-  const Layout layout = plan_layout(leaves, options.extras);
-  const std::vector<PlannedTensor>& plan = layout.stored;
-  const HeaderBuilder builder(tree, leaves, layout, options);
+  plan_ = std::make_unique<Plan>(tree, options);
+  const std::vector<PlannedTensor>& stored = plan_->layout.stored;
   const size_t digest_width = detail::checksum_hex_width(options.checksum);
-  HeaderText header = builder.build(std::vector<std::string>(plan.size(), std::string(digest_width, '0')));
-  if (header.text.size() > kMaxHeaderSize) {
-    unsupported("header of " + std::to_string(header.text.size()) + " bytes exceeds safetensors' limit of " +
+  plan_->header = plan_->builder.build(std::vector<std::string>(stored.size(), std::string(digest_width, '0')));
+  if (plan_->header.text.size() > kMaxHeaderSize) {
+    unsupported("header of " + std::to_string(plan_->header.text.size()) + " bytes exceeds safetensors' limit of " +
                 std::to_string(kMaxHeaderSize));
   }
-  const uint64_t data_start = kHeaderLengthSize + header.text.size();
-  const uint64_t data_size = plan.empty() ? 0 : plan.back().end;
+  plan_->data_start = kHeaderLengthSize + plan_->header.text.size();
+  plan_->data_size = stored.empty() ? 0 : stored.back().end;
+}
 
-  detail::AtomicFile file(path, {.fsync = options.fsync});
-  file.resize(data_start + data_size);
+PlannedFile::~PlannedFile() = default;
+
+uint64_t PlannedFile::size() const { return plan_->data_start + plan_->data_size; }
+
+void PlannedFile::write_file(const std::filesystem::path& path) const {
+  const Plan& plan = *plan_;
+  const std::vector<PlannedTensor>& stored = plan.layout.stored;
+  const bool summed = plan.builder.checksummed();
+  detail::AtomicFile file(path, {.fsync = plan.options.fsync});
+  file.resize(size());
   std::vector<detail::Checksummer> sums;
-  if (builder.checksummed()) {
-    sums.reserve(plan.size());
-    for (size_t i = 0; i < plan.size(); ++i) sums.emplace_back(options.checksum);
+  if (summed) {
+    sums.reserve(stored.size());
+    for (size_t i = 0; i < stored.size(); ++i) sums.emplace_back(plan.options.checksum);
   }
   std::vector<detail::WriteSpan> spans;
-  spans.reserve(plan.size());
-  for (size_t i = 0; i < plan.size(); ++i) {
-    if (plan[i].tensor->nbytes() == 0) continue;
-    detail::WriteSpan span{plan[i].tensor->bytes(), data_start + plan[i].begin, nullptr};
-    if (builder.checksummed()) {
+  spans.reserve(stored.size());
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (stored[i].tensor->nbytes() == 0) continue;
+    detail::WriteSpan span{stored[i].tensor->bytes(), plan.data_start + stored[i].begin, nullptr};
+    if (summed) {
       span.on_chunk = [summer = &sums[i]](std::span<const std::byte> piece) { summer->update(piece); };
     }
     spans.push_back(std::move(span));
   }
-  file.write_parallel(spans, options.threads);
+  file.write_parallel(spans, plan.options.threads);
 
-  if (builder.checksummed()) {
+  std::string header = plan.header.text;
+  if (summed) {
     std::vector<std::string> digests;
-    digests.reserve(plan.size());
+    digests.reserve(stored.size());
     for (const detail::Checksummer& summer : sums) digests.push_back(summer.hex());
-    const std::string sums_text = escaped(checksums_json(plan, digests));
-    if (sums_text.size() != header.checksums_size) {
-      throw Error(ErrorCode::kInvalidArgument, "internal: checksum digests changed the header length");
-    }
-    std::memcpy(header.text.data() + header.checksums_at, sums_text.data(), sums_text.size());
+    fill_digests(header, digests);
   }
-  std::string prefix(kHeaderLengthSize, '\0');
-  const uint64_t length = header.text.size();
-  for (size_t i = 0; i < kHeaderLengthSize; ++i) prefix[i] = static_cast<char>(length >> (8 * i));
+  const std::string prefix = length_prefix(header.size());
   file.write_at(std::as_bytes(std::span(prefix)), 0);
-  file.write_at(std::as_bytes(std::span(header.text)), kHeaderLengthSize);
+  file.write_at(std::as_bytes(std::span(header)), kHeaderLengthSize);
   file.commit();
+}
+
+void PlannedFile::write_to(std::span<std::byte> out) const {
+  const Plan& plan = *plan_;
+  if (out.size() != size()) {
+    throw Error(ErrorCode::kInvalidArgument, "safetensors bytes need a buffer of " + std::to_string(size()) +
+                                                 " bytes, not " + std::to_string(out.size()));
+  }
+  const std::vector<PlannedTensor>& stored = plan.layout.stored;
+  std::vector<std::string> digests(stored.size());
+  detail::parallel_for(stored.size(), plan.options.threads, [&](size_t i, unsigned) {
+    const Tensor& tensor = *stored[i].tensor;
+    std::span<std::byte> target = out.subspan(plan.data_start + stored[i].begin, tensor.nbytes());
+    if (!target.empty()) tensor.read_into(target);
+    if (plan.builder.checksummed()) digests[i] = detail::checksum_hex(plan.options.checksum, target);
+  });
+  std::string header = plan.header.text;
+  if (plan.builder.checksummed()) fill_digests(header, digests);
+  const std::string prefix = length_prefix(header.size());
+  std::memcpy(out.data(), prefix.data(), prefix.size());
+  std::memcpy(out.data() + kHeaderLengthSize, header.data(), header.size());
+}
+
+void PlannedFile::fill_digests(std::string& header, const std::vector<std::string>& digests) const {
+  const std::string sums_text = escaped(checksums_json(plan_->layout.stored, digests));
+  if (sums_text.size() != plan_->header.checksums_size) {
+    throw Error(ErrorCode::kInvalidArgument, "internal: checksum digests changed the header length");
+  }
+  std::memcpy(header.data() + plan_->header.checksums_at, sums_text.data(), sums_text.size());
+}
+
+void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
+  PlannedFile(tree, options).write_file(path);
 }
 
 }  // namespace ckpt::safetensors_detail

@@ -33,7 +33,7 @@ namespace fs = std::filesystem;
 
 std::optional<DType> dtype_from_tf(int code) {
   for (const DTypeInfo& info : all_dtypes()) {
-    if (info.tf_code == code) return info.dtype;
+    if (info.tf_code > 0 && info.tf_code == code) return info.dtype;  // -1: TF has no code for it
   }
   return std::nullopt;
 }

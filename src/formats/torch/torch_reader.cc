@@ -143,6 +143,19 @@ Tensor resolve_bits(const Tensor& view, const TensorRef& ref) {
   const bool floating = complex || ref.dtype == DType::kFloat16 || ref.dtype == DType::kBFloat16 ||
                         ref.dtype == DType::kFloat32 || ref.dtype == DType::kFloat64 ||
                         ref.dtype == DType::kFloat8E4M3FN || ref.dtype == DType::kFloat8E5M2;
+  const bool fnuz = ref.dtype == DType::kFloat8E4M3FNUZ || ref.dtype == DType::kFloat8E5M2FNUZ;
+  if (ref.neg && (ref.dtype == DType::kFloat8E8M0FNU || ref.dtype == DType::kFloat4E2M1FNx2)) {
+    throw Error(ErrorCode::kUnsupported, "negative view of a " + std::string(dtype_name(ref.dtype)) + " tensor");
+  }
+  if (fnuz) {
+    // No -0: 0x80 is NaN, so zero keeps its bits; every other value flips its sign.
+    if (ref.neg) {
+      for (std::byte& b : bytes) {
+        if (b != std::byte{0} && b != std::byte{0x80}) b ^= std::byte{0x80};
+      }
+    }
+    return out;
+  }
   if (!floating && ref.neg) {
     // Integers: two's complement negation, little-endian.
     if (ref.dtype == DType::kBool) throw Error(ErrorCode::kUnsupported, "negative view of a bool tensor");
