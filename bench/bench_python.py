@@ -10,6 +10,9 @@ of N, on the same warm files:
   save from torch tensors (no fsync on either side; ckpt with fsync too):
     torch.save(.pt)                       vs ckpt.save(.safetensors) and ckpt.save(.pt)
     safetensors.torch.save_file           vs ckpt.save(.safetensors)
+  the drop-in (ckpt.safetensors.torch) beside the package it replaces:
+    safetensors.torch.load_file           vs ckpt.safetensors.torch.load_file (touched)
+    safetensors.torch.save_file           vs ckpt.safetensors.torch.save_file (which also fsyncs)
   per-tensor Python overhead: ckpt.load (lazy, untouched) of the 10,000-tensor
     file, minus the C++ open of the same file (ckpt_bench file), per tensor.
 Prints ratios (peer time / ckpt time). Never part of pass/fail.
@@ -25,6 +28,7 @@ import safetensors.torch
 import torch
 
 import ckpt
+import ckpt.safetensors.torch as dropin
 from bench_common import best, run
 
 
@@ -80,6 +84,14 @@ def measure(label, sd, directory, bench, repeats):
           f" ratio {t_torch_save / t_ckpt_save_pt:6.2f}x")
     print(f"save from torch: safetensors.save_file {t_st_save * 1e3:8.1f} ms | ckpt.save {t_ckpt_save_st * 1e3:8.1f} ms"
           f" ratio {t_st_save / t_ckpt_save_st:6.2f}x | ckpt.save with fsync {t_ckpt_save_sync * 1e3:8.1f} ms")
+
+    t_dropin_load = best(repeats, lambda: touch(dropin.load_file(st)))
+    t_dropin_save = best(repeats, lambda: dropin.save_file(sd, out_st), before=removing(out_st))
+    removing(out_st)()
+    print(f"drop-in load_file, touched: safetensors {t_st_load * 1e3:8.1f} ms | ckpt.safetensors"
+          f" {t_dropin_load * 1e3:8.1f} ms | ratio {t_st_load / t_dropin_load:6.2f}x")
+    print(f"drop-in save_file: safetensors (no fsync) {t_st_save * 1e3:8.1f} ms | ckpt.safetensors (fsync)"
+          f" {t_dropin_save * 1e3:8.1f} ms | ratio {t_st_save / t_dropin_save:6.2f}x")
 
     if n >= 1000:
         t_lazy = best(repeats, lambda: ckpt.load(st, framework="torch"))

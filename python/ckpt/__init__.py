@@ -23,7 +23,29 @@ import gc
 import os
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from . import _ckpt
+import sys as _sys
+
+
+def _import_core():
+    """Imports the C++ core so that its calls into its own libraries bind to
+    them first (RTLD_DEEPBIND, where the platform has it). TensorFlow, when
+    imported earlier, exports a protobuf of its own (another version) into
+    the process's global symbol scope; bound there, the core's protobuf
+    calls would crash."""
+    deepbind = getattr(os, "RTLD_DEEPBIND", 0)
+    if not deepbind:
+        from . import _ckpt as core
+        return core
+    flags = _sys.getdlopenflags()
+    _sys.setdlopenflags(flags | deepbind)
+    try:
+        from . import _ckpt as core
+    finally:
+        _sys.setdlopenflags(flags)
+    return core
+
+
+_ckpt = _import_core()
 from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, UnsupportedError
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 
@@ -59,7 +81,8 @@ def _no_gc():
 
 
 def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None,
-         extras: bool = True, checksum: str = "xxh3", fsync: bool = True, threads: int = 0) -> None:
+         extras: bool = True, checksum: str = "xxh3", fsync: bool = True, threads: int = 0,
+         max_shard_bytes: int = 0) -> None:
     """Write ``state`` to ``path`` atomically (temporary name, fsync, rename).
 
     ``state`` is any nest of dicts (str or int keys), lists and tuples of numpy
@@ -73,6 +96,9 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     tensors (str to str). ``extras=False`` writes a plain file, byte-identical
     to the reference writer where ckpt knows one. ``checksum``: "xxh3",
     "crc32c" or "none" (formats with room for ckpt's extras).
+    ``max_shard_bytes``: formats written in shards (TF bundles) start a new
+    shard before a tensor would take the current one past this size (0: one
+    shard); others ignore it.
 
     Raises UnsupportedError if the format cannot hold the state (e.g. strings
     in safetensors without extras), TypeError for values ckpt cannot store,
@@ -82,11 +108,11 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     with _no_gc():
         try:
             _ckpt.save(_path(path), state, format or "", None if metadata is None else dict(metadata), extras,
-                       checksum, fsync, threads)
+                       checksum, fsync, threads, max_shard_bytes)
         except TypeError:
             nest = to_nest(state)  # dataclasses, NamedTuples: plain dicts and lists, then try again
             _ckpt.save(_path(path), nest, format or "", None if metadata is None else dict(metadata), extras,
-                       checksum, fsync, threads)
+                       checksum, fsync, threads, max_shard_bytes)
 
 
 def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,

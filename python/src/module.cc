@@ -26,7 +26,9 @@
 #include "ckpt/registry.h"
 #include "core/checksum.h"
 #include "../../tools/ckpt/commands.h"
+#include "formats/safetensors/reader.h"
 #include "restore_bindings.h"
+#include "safetensors_bindings.h"
 #include "values.h"
 
 namespace py = pybind11;
@@ -117,9 +119,11 @@ class Handle {
     return names;
   }
   py::dict info(const std::string& name) const { return entry_info(entry(name), checksum_kind()); }
-  py::object get(const std::string& name) const {
+  // `writable`: a numpy array that may be written (the memory is private:
+  // a copy-on-write mapping or heap); torch tensors always may be.
+  py::object get(const std::string& name, bool writable) const {
     entry(name);
-    return tensor_out(contents_.tree.at(name).tensor(), framework_);
+    return tensor_out(contents_.tree.at(name).tensor(), framework_, writable);
   }
   py::object value(const std::string& name) const {
     check_open();
@@ -277,14 +281,15 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def(
       "save",
       [](const std::string& path, py::handle state, const std::string& format, py::object metadata, bool extras,
-         const std::string& checksum, bool fsync, unsigned threads) {
+         const std::string& checksum, bool fsync, unsigned threads, uint64_t max_shard_bytes) {
         Tree tree = value_in(state, "", 0);
         SaveOptions options{.format = format,
                             .extras = extras,
                             .checksum = detail::checksum_from_name(checksum),
                             .metadata = metadata_in(metadata),
                             .fsync = fsync,
-                            .threads = threads};
+                            .threads = threads,
+                            .max_shard_bytes = max_shard_bytes};
         {
           py::gil_scoped_release release;
           ckpt::save(path, tree, options);
@@ -292,7 +297,8 @@ PYBIND11_MODULE(_ckpt, m) {
         // `tree` (and the arrays it borrows) is released here, with the GIL held.
       },
       py::arg("path"), py::arg("state"), py::arg("format") = "", py::arg("metadata") = py::none(),
-      py::arg("extras") = true, py::arg("checksum") = "xxh3", py::arg("fsync") = true, py::arg("threads") = 0);
+      py::arg("extras") = true, py::arg("checksum") = "xxh3", py::arg("fsync") = true, py::arg("threads") = 0,
+      py::arg("max_shard_bytes") = 0);
 
   m.def(
       "load",
@@ -307,7 +313,7 @@ PYBIND11_MODULE(_ckpt, m) {
   py::class_<Handle>(m, "Handle")
       .def("keys", &Handle::keys)
       .def("info", &Handle::info, py::arg("name"))
-      .def("get", &Handle::get, py::arg("name"))
+      .def("get", &Handle::get, py::arg("name"), py::arg("writable") = false)
       .def("value", &Handle::value, py::arg("name"))
       .def("tree", &Handle::tree)
       .def("values", &Handle::values)
@@ -322,11 +328,36 @@ PYBIND11_MODULE(_ckpt, m) {
 
   m.def(
       "open",
-      [](const std::string& path, const std::string& framework, bool verify) {
+      [](const std::string& path, const std::string& framework, bool verify, bool lazy) {
         const Framework fw = framework_from(framework);
-        return Handle(open_contents(path, true, verify, 0), fw);
+        return Handle(open_contents(path, lazy, verify, 0), fw);
       },
-      py::arg("path"), py::arg("framework") = "numpy", py::arg("verify") = false);
+      py::arg("path"), py::arg("framework") = "numpy", py::arg("verify") = false, py::arg("lazy") = true);
+
+  // A safetensors file held in memory (bytes, bytearray, mmap: anything with
+  // the buffer protocol) as a handle whose tensors view that memory, which
+  // they keep referenced. `label` names it in errors.
+  m.def(
+      "open_safetensors_bytes",
+      [](py::buffer data, const std::string& framework, const std::string& label) {
+        const Framework fw = framework_from(framework);
+        const py::buffer_info view = data.request();
+        const auto* bytes = static_cast<const std::byte*>(view.ptr);
+        const size_t size = static_cast<size_t>(view.size * view.itemsize);
+        PyObject* owner = data.ptr();
+        Py_INCREF(owner);
+        Buffer buffer = Buffer::lend({bytes, size}, [owner] {
+          py::gil_scoped_acquire gil;
+          Py_DECREF(owner);
+        });
+        Contents contents;
+        {
+          py::gil_scoped_release release;
+          contents = safetensors_detail::read_bytes(buffer, label, {});
+        }
+        return Handle(std::move(contents), fw);
+      },
+      py::arg("data"), py::arg("framework") = "numpy", py::arg("label") = "<bytes>");
 
   m.def(
       "convert",
@@ -379,6 +410,7 @@ PYBIND11_MODULE(_ckpt, m) {
       py::arg("argv"));
 
   bind_restore(m);
+  bind_safetensors(m);
 
 #ifdef CKPT_VERSION
   m.attr("__version__") = CKPT_VERSION;

@@ -320,3 +320,29 @@ def test_shared_samples_are_read_and_rewritten(tf, run, tmp_path, index):
     assert set(rewritten) == set(original)
     for key, value in original.items():
         assert rewritten[key].tobytes() == value.tobytes(), key
+
+
+def test_python_package_writes_and_reads_bundles_beside_tensorflow_in_one_process(tmp_path):
+    # TensorFlow exports a protobuf of its own into the process's global
+    # symbol scope; ckpt's module must not bind to it. In a child process, so
+    # that a crash fails this test instead of the whole run.
+    import subprocess
+    import sys
+
+    script = f"""
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+import numpy as np
+import ckpt
+state = {{"dense": {{"kernel": np.arange(12, dtype=np.float32).reshape(3, 4)}}, "step": np.int64(7)}}
+prefix = {str(tmp_path / "model.ckpt")!r}
+ckpt.save(prefix, state, format="tf", max_shard_bytes=16)
+loaded = ckpt.load(prefix)
+assert np.array_equal(loaded["dense"]["kernel"], state["dense"]["kernel"])
+reader = tf.train.load_checkpoint(prefix)
+assert sorted(reader.get_variable_to_shape_map()) != []
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
