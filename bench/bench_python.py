@@ -12,7 +12,7 @@ of N, on the same warm files:
     safetensors.torch.save_file           vs ckpt.save(.safetensors)
   the drop-in (ckpt.safetensors.torch) beside the package it replaces:
     safetensors.torch.load_file           vs ckpt.safetensors.torch.load_file (touched)
-    safetensors.torch.save_file           vs ckpt.safetensors.torch.save_file (which also fsyncs)
+    safetensors.torch.save_file           vs ckpt.safetensors.torch.save_file (neither fsyncs)
   per-tensor Python overhead: ckpt.load (lazy, untouched) of the 10,000-tensor
     file, minus the C++ open of the same file (ckpt_bench file), per tensor.
 Prints ratios (peer time / ckpt time). Never part of pass/fail.
@@ -90,7 +90,7 @@ def measure(label, sd, directory, bench, repeats):
     removing(out_st)()
     print(f"drop-in load_file, touched: safetensors {t_st_load * 1e3:8.1f} ms | ckpt.safetensors"
           f" {t_dropin_load * 1e3:8.1f} ms | ratio {t_st_load / t_dropin_load:6.2f}x")
-    print(f"drop-in save_file: safetensors (no fsync) {t_st_save * 1e3:8.1f} ms | ckpt.safetensors (fsync)"
+    print(f"drop-in save_file: safetensors {t_st_save * 1e3:8.1f} ms | ckpt.safetensors"
           f" {t_dropin_save * 1e3:8.1f} ms | ratio {t_st_save / t_dropin_save:6.2f}x")
 
     if n >= 1000:

@@ -216,6 +216,14 @@ def test_loaded_arrays_are_writable_and_never_write_the_file(tmp_path):
     assert st_np.load_file(path)["a"].tolist() == [0, 0, 0, 0]
 
 
+def test_synced_writes_give_the_same_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(st, "SYNC_WRITES", True)
+    tensors = torch_tensors()
+    st_pt.save_file(tensors, tmp_path / "o.safetensors")
+    assert (tmp_path / "o.safetensors").read_bytes() == hf_pt.save(tensors)
+    assert [p.name for p in tmp_path.iterdir()] == ["o.safetensors"]  # no temporary left behind
+
+
 def test_saving_over_a_file_still_mapped_keeps_the_old_tensors(tmp_path):
     path = tmp_path / "t.safetensors"
     st_pt.save_file({"a": torch.zeros(1000)}, path)

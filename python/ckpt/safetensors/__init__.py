@@ -17,8 +17,9 @@ the same way, their tensors named by dotted paths.
 
 Differences from the reference package, all of them additions: errors name
 the file and the entry; writes are atomic (a temporary name renamed into
-place, after an fsync); numpy loads bfloat16 and float8 (ml_dtypes);
-``get_slice`` takes negative bounds, steps and ``...``.
+place; also synced to disk with ``ckpt.safetensors.SYNC_WRITES = True``);
+numpy loads bfloat16 and float8 (ml_dtypes); ``get_slice`` takes negative
+bounds, steps and ``...``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ from .._errors import CheckpointError
 
 __all__ = ["SafetensorError", "TensorSpec", "safe_open", "serialize", "serialize_file", "deserialize"]
 __version__ = _ckpt.__version__
+
+# Writes are atomic either way (a temporary name renamed into place, so a
+# crashed process never leaves half a file). True also syncs each file and
+# its directory to disk before and after the rename, which survives power
+# loss but costs what the disk takes to write the bytes; the reference
+# package does not sync, and neither does this drop-in unless asked.
+SYNC_WRITES = False
 
 # {numpy / ml_dtypes / torch dtype name: safetensors code}, {code: ckpt dtype name}
 _CODE_OF_NAME, _NAME_OF_CODE = _ckpt.safetensors_dtypes()
@@ -140,13 +148,13 @@ def serialize(tensor_dict: Dict[str, TensorSpec], metadata: Optional[Dict[str, s
 def serialize_file(tensor_dict: Dict[str, TensorSpec], filename: Union[str, "os.PathLike[str]"],
                    metadata: Optional[Dict[str, str]] = None) -> None:
     """``serialize`` into ``filename``, atomically: the bytes go to a
-    temporary name in the same directory, are synced, and replace the file
-    in one rename (an earlier file stays whole if anything fails, and
-    tensors still mapped from it keep their bytes). The GIL is released while
-    writing."""
+    temporary name in the same directory and replace the file in one rename
+    (an earlier file stays whole if anything fails, and tensors still mapped
+    from it keep their bytes); synced to disk first if ``SYNC_WRITES``. The
+    GIL is released while writing."""
     specs, metadata = _specs(tensor_dict), _metadata(metadata)
     try:
-        _ckpt.safetensors_serialize(specs, metadata, os.fsdecode(os.fspath(filename)))
+        _ckpt.safetensors_serialize(specs, metadata, os.fsdecode(os.fspath(filename)), SYNC_WRITES)
     except (CheckpointError, ValueError) as error:
         raise _error("Error while serializing", error) from None
 
