@@ -19,6 +19,7 @@
 #include "formats/zip/zip_reader.h"
 #include "io/mapped_file.h"
 #include "support/files.h"
+#include "support/safetensors_bytes.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -30,11 +31,7 @@ using testing::TempDir;
 const DType kNewDTypes[] = {DType::kFloat8E4M3FNUZ, DType::kFloat8E5M2FNUZ, DType::kFloat8E8M0FNU,
                             DType::kFloat4E2M1FNx2};
 
-std::string le64(uint64_t value) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(value >> (8 * i));
-  return out;
-}
+using testing::le64;
 
 // A safetensors file of `header` (padded to 8 bytes with spaces) and `data`.
 std::string safetensors_file(std::string header, std::string_view data) {
@@ -42,14 +39,7 @@ std::string safetensors_file(std::string header, std::string_view data) {
   return le64(header.size()) + header + std::string(data);
 }
 
-// The header JSON of a file, without its padding.
-std::string header_of(const std::string& file) {
-  uint64_t length = 0;
-  std::memcpy(&length, file.data(), 8);
-  std::string header = file.substr(8, length);
-  while (!header.empty() && header.back() == ' ') header.pop_back();
-  return header;
-}
+using testing::header_of;
 
 std::string bytes_of(const Tensor& tensor) {
   return {reinterpret_cast<const char*>(tensor.bytes().data()), tensor.nbytes()};

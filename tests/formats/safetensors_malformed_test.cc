@@ -13,16 +13,13 @@
 #include "core/checksum.h"
 #include "core/json_writer.h"
 #include "formats/safetensors/safetensors_format.h"
+#include "support/safetensors_bytes.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
 namespace {
 
-std::string le64(uint64_t value) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(value >> (8 * i));
-  return out;
-}
+using testing::le64;
 
 // A file: the header's length, the header, the data.
 std::string file_of(std::string_view header, std::string_view data = {}) {

@@ -17,6 +17,7 @@
 #include "core/checksum.h"
 #include "formats/safetensors/layout.h"
 #include "io/atomic_file.h"
+#include "support/safetensors_bytes.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -44,11 +45,7 @@ void write_bytes(const std::filesystem::path& path, std::string_view bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-std::string le64(uint64_t value) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(value >> (8 * i));
-  return out;
-}
+using testing::le64;
 
 std::string f32_bytes(std::initializer_list<float> values) {
   std::string out;
@@ -72,14 +69,7 @@ Tensor patterned(DType dtype, Shape shape, int seed = 1) {
 const SaveOptions kPlain{.extras = false, .fsync = false};
 const SaveOptions kWithExtras{.fsync = false};
 
-// The header JSON of a file, without its padding.
-std::string header_of(const std::string& file) {
-  uint64_t length = 0;
-  std::memcpy(&length, file.data(), 8);
-  std::string header = file.substr(8, length);
-  while (!header.empty() && header.back() == ' ') header.pop_back();
-  return header;
-}
+using testing::header_of;
 
 // ---- golden bytes from tensor.rs's unit tests ----
 
