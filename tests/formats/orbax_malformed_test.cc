@@ -329,7 +329,7 @@ TEST_F(OrbaxRecordTest, TheValidRecordIsAcceptedAndOtherCustomMetadataIgnored) {
   tree.set("w", Tensor::zeros(DType::kInt8, {3}));
   save(dir, tree, {.format = "orbax"});
   const std::string base = R"j({"item_handlers": "H", "custom_metadata": )j";
-  for (const std::string custom : {"{\"ckpt\": " + std::string(kValidRecord) + "}", std::string("{\"other\": 1}"),
+  for (const std::string& custom : {"{\"ckpt\": " + std::string(kValidRecord) + "}", std::string("{\"other\": 1}"),
                                    std::string("null"), std::string("[1]")}) {
     testing::write_file(dir / "_CHECKPOINT_METADATA", base + custom + "}");
     const Contents contents = orbax_format().read(dir, {});
