@@ -1,5 +1,5 @@
-"""``safetensors.flax`` on ckpt: save and load dicts of jax arrays (moved
-to the host as numpy arrays, written by ckpt.safetensors.numpy)."""
+"""``safetensors.flax`` on ckpt: save and load dicts of jax arrays (saved
+by ckpt.safetensors.numpy, which takes anything np.asarray takes)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from . import safe_open
 __all__ = ["save", "save_file", "load", "load_file"]
 
 
-def _host(tensors) -> Dict[str, np.ndarray]:
-    return {name: np.asarray(value) for name, value in tensors.items()}
-
 
 def _device(arrays: Dict[str, np.ndarray]):
     import jax.numpy as jnp
@@ -26,12 +23,12 @@ def _device(arrays: Dict[str, np.ndarray]):
 
 def save(tensors, metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The safetensors bytes of a dict of jax arrays."""
-    return _numpy.save(_host(tensors), metadata=metadata)
+    return _numpy.save(tensors, metadata=metadata)
 
 
 def save_file(tensors, filename: Union[str, "os.PathLike[str]"], metadata: Optional[Dict[str, str]] = None) -> None:
     """Writes a dict of jax arrays to ``filename`` atomically."""
-    _numpy.save_file(_host(tensors), filename, metadata=metadata)
+    _numpy.save_file(tensors, filename, metadata=metadata)
 
 
 def load(data: bytes):

@@ -1,12 +1,11 @@
 """``safetensors.tensorflow`` on ckpt: save and load dicts of TensorFlow
-tensors (through numpy arrays, written by ckpt.safetensors.numpy)."""
+tensors (saved by ckpt.safetensors.numpy, which takes anything np.asarray
+takes)."""
 
 from __future__ import annotations
 
 import os
 from typing import Dict, Optional, Union
-
-import numpy as np
 
 from . import numpy as _numpy
 from . import safe_open
@@ -14,18 +13,15 @@ from . import safe_open
 __all__ = ["save", "save_file", "load", "load_file"]
 
 
-def _host(tensors) -> Dict[str, np.ndarray]:
-    return {name: np.asarray(value) for name, value in tensors.items()}
-
 
 def save(tensors, metadata: Optional[Dict[str, str]] = None) -> bytes:
     """The safetensors bytes of a dict of tf.Tensors."""
-    return _numpy.save(_host(tensors), metadata=metadata)
+    return _numpy.save(tensors, metadata=metadata)
 
 
 def save_file(tensors, filename: Union[str, "os.PathLike[str]"], metadata: Optional[Dict[str, str]] = None) -> None:
     """Writes a dict of tf.Tensors to ``filename`` atomically."""
-    _numpy.save_file(_host(tensors), filename, metadata=metadata)
+    _numpy.save_file(tensors, filename, metadata=metadata)
 
 
 def load(data: bytes):
