@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ckpt/buffer.h"
@@ -14,6 +15,9 @@ namespace ckpt {
 // Dimensions, outermost first. An empty shape is a 0-d tensor (one element);
 // a zero among the dimensions makes an empty tensor.
 using Shape = std::vector<int64_t>;
+
+// "[2, 3]"; "[]" for a 0-d tensor (for messages).
+std::string shape_text(const Shape& shape);
 
 // Returns the number of elements of `shape`.
 // Throws Error{kInvalidArgument} for a negative dimension, or if the element

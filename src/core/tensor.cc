@@ -24,7 +24,6 @@ uint64_t checked_numel(std::span<const int64_t> shape, size_t element_size) {
   return count;
 }
 
-namespace {
 std::string shape_text(const Shape& shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -33,6 +32,8 @@ std::string shape_text(const Shape& shape) {
   }
   return text + "]";
 }
+
+namespace {
 
 size_t byte_size(DType dtype, const Shape& shape) {
   const size_t size = dtype_size(dtype);

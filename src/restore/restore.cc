@@ -16,12 +16,6 @@
 namespace ckpt {
 namespace {
 
-std::string shape_text(const Shape& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 // "[3, 4] float32" for a tensor, the kind's name for anything else.
 std::string describe(const Tree& leaf) {
   if (!leaf.is_tensor()) return std::string(tree_kind_name(leaf.kind()));

@@ -9,15 +9,6 @@
 
 namespace ckpt::tool {
 
-std::string shape_text(const Shape& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) text += ", ";
-    text += std::to_string(shape[i]);
-  }
-  return text + "]";
-}
-
 std::string size_text(uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";
   static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};

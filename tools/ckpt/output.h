@@ -15,8 +15,6 @@
 
 namespace ckpt::tool {
 
-// "[2, 3]"; "[]" for a 0-d tensor.
-std::string shape_text(const Shape& shape);
 // "512 B", "3.2 KiB", "1.50 MiB", "2.00 GiB": binary units, 3 significant digits.
 std::string size_text(uint64_t bytes);
 // "1 tensor", "2 tensors": `count` and `noun`, plural with an "s" unless 1.

@@ -66,6 +66,8 @@ def load_file(filename: Union[str, "os.PathLike[str]"], *, backend: str = "mmap"
         return f.get_tensors()
 
 
+# The reference module's private table and lookup, kept for code that
+# imports them.
 _TYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "U64": np.uint64,
     "I32": np.int32, "U32": np.uint32, "I16": np.int16, "U16": np.uint16, "I8": np.int8, "U8": np.uint8,

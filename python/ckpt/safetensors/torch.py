@@ -20,6 +20,8 @@ from . import SafetensorError, TensorSpec, _open_bytes, safe_open, serialize, se
 
 __all__ = ["save", "save_file", "load", "load_file", "save_model", "load_model", "storage_ptr", "storage_size"]
 
+# The reference module's private tables (_SIZE, _TYPES, _getdtype), kept for
+# code that imports them; this module itself asks torch for element sizes.
 _SIZE = {dtype: torch.empty((), dtype=dtype).element_size()
          for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                        torch.bfloat16, torch.float32, torch.float64, torch.complex64)}

@@ -343,12 +343,6 @@ class Reader {
     }
   }
 
-  static std::string shape_text(const Shape& shape) {
-    std::string text = "[";
-    for (size_t i = 0; i < shape.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-    return text + "]";
-  }
-
   // ---- ckpt's extras ----
 
   void read_extras(std::string_view value, std::vector<Tensor>& tensors, Contents& contents) {
