@@ -185,14 +185,20 @@ void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned th
   parallel_for(jobs.size(), threads, [&](size_t i, unsigned worker) { run_job(jobs[i], gathered[worker]); });
 }
 
-void AtomicFile::commit() {
-  if (fd_ < 0 || committed_) throw Error(ErrorCode::kInvalidArgument, "file already committed or abandoned", {.path = final_path_});
+void AtomicFile::seal() {
+  if (fd_ < 0) throw Error(ErrorCode::kInvalidArgument, "file already sealed, committed or abandoned", {.path = final_path_});
   if (options_.fsync && ::fsync(fd_) != 0) throw_io(final_path_, "cannot sync file", errno);
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    throw_io(final_path_, "cannot close file", errno);
-  }
+  const int fd = fd_;
   fd_ = -1;
+  sealed_ = true;
+  if (::close(fd) != 0) throw_io(final_path_, "cannot close file", errno);
+}
+
+void AtomicFile::commit() {
+  if (committed_ || (fd_ < 0 && !sealed_)) {
+    throw Error(ErrorCode::kInvalidArgument, "file already committed or abandoned", {.path = final_path_});
+  }
+  if (!sealed_) seal();
   if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) throw_io(final_path_, "cannot rename into place", errno);
   committed_ = true;
   if (options_.fsync) sync_directory(final_path_.parent_path(), final_path_);

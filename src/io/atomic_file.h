@@ -53,7 +53,13 @@ class AtomicFile {
   // bytes, in order, before they are written. Throws the first Error any
   // thread hit.
   void write_parallel(const std::vector<WriteSpan>& spans, unsigned threads = 0);
-  // fsync (if asked), rename onto the final path, fsync the directory.
+  // fsync (if asked) and close the file, keeping it under its temporary
+  // name: for writers of many files, which would otherwise hold one
+  // descriptor per file until the last is committed. No write may follow;
+  // commit() then only renames. Throws Error{kIo} naming the final path.
+  void seal();
+  // fsync (if asked; done already if sealed), rename onto the final path,
+  // fsync the directory.
   void commit();
 
   const std::filesystem::path& final_path() const { return final_path_; }
@@ -65,6 +71,7 @@ class AtomicFile {
   std::filesystem::path temp_path_;
   AtomicFileOptions options_;
   int fd_ = -1;
+  bool sealed_ = false;
   bool committed_ = false;
 };
 

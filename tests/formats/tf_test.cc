@@ -2,8 +2,10 @@
 // several shards, and the shared samples written by TensorFlow.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <map>
+#include <optional>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
@@ -374,6 +376,31 @@ TEST_F(TfTest, ShardLimitEdges) {
   save(dir_ / "none", empty, {.format = "tf", .max_shard_bytes = 1});
   EXPECT_EQ(shard_files(dir_, "none"), (std::vector<std::string>{"none.data-00000-of-00001"}));
   EXPECT_TRUE(load(dir_ / "none") == empty);
+}
+
+// One descriptor at a time: more shards than the process may open at once.
+TEST_F(TfTest, ManyMoreShardsThanOpenFilesAllowed) {
+  Tree tree = Tree::map();
+  for (int i = 0; i < 300; ++i) {
+    std::string name = "t";
+    name += std::to_string(i);
+    tree.set(name, floats({2}, static_cast<float>(i)));
+  }
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
+  rlimit low = before;
+  low.rlim_cur = 64;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::optional<Error> failure;
+  try {
+    save(dir_ / "many", tree, {.format = "tf", .max_shard_bytes = 1});
+  } catch (const Error& error) {
+    failure = error;
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &before), 0);
+  ASSERT_FALSE(failure) << failure->what();
+  EXPECT_EQ(shard_files(dir_, "many").size(), 300u);
+  EXPECT_TRUE(load(dir_ / "many") == tree);
 }
 
 TEST_F(TfTest, TiedTensorsPointIntoTheFirstOnesShard) {

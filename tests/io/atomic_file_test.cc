@@ -43,6 +43,30 @@ TEST(AtomicFileTest, AbandonedFileLeavesNoTemporaryAndKeepsTheOldOne) {
   EXPECT_EQ(dir.list(), std::vector<std::string>{"out.bin"});
 }
 
+TEST(AtomicFileTest, SealedFileIsClosedAndInvisibleUntilCommit) {
+  testing::TempDir dir;
+  std::ofstream(dir / "out.bin") << "old";
+  {
+    AtomicFile file(dir / "out.bin");
+    file.write_at(bytes_of("new"), 0);
+    file.seal();
+    EXPECT_EQ(read_file(dir / "out.bin"), "old") << "sealing renames nothing";
+    EXPECT_THROW(file.seal(), Error);
+    EXPECT_THROW(file.write_at(bytes_of("x"), 0), Error) << "no write after sealing";
+    file.commit();
+    EXPECT_THROW(file.commit(), Error);
+  }
+  EXPECT_EQ(read_file(dir / "out.bin"), "new");
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"out.bin"});
+  {
+    AtomicFile file(dir / "out.bin");  // sealed, never committed: removed
+    file.write_at(bytes_of("lost"), 0);
+    file.seal();
+  }
+  EXPECT_EQ(read_file(dir / "out.bin"), "new");
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"out.bin"});
+}
+
 TEST(AtomicFileTest, MissingDirectoryIsNotFound) {
   testing::TempDir dir;
   try {

@@ -66,15 +66,12 @@ class Writer {
     lay_out();
     create_directory();
     // Every file is written in full under a temporary name before any is
-    // renamed into place: a failed write (disk full) changes nothing.
+    // renamed into place: a failed write (disk full) changes nothing. Each
+    // shard is closed once written (sealed), so that a bundle of thousands
+    // of shards holds one descriptor at a time.
     const int num_shards = static_cast<int>(shard_sizes_.size());
-    std::vector<std::unique_ptr<detail::AtomicFile>> shards;
-    for (int shard = 0; shard < num_shards; ++shard) {
-      shards.push_back(std::make_unique<detail::AtomicFile>(shard_path(prefix_, shard, num_shards),
-                                                            detail::AtomicFileOptions{.fsync = options_.fsync}));
-    }
+    std::vector<std::unique_ptr<detail::AtomicFile>> shards = write_shards(num_shards);
     detail::AtomicFile index(index_path(prefix_), {.fsync = options_.fsync});
-    write_shards(shards);
     write_index(index, tree, num_shards);
     for (auto& shard : shards) shard->commit();
     index.commit();
@@ -260,8 +257,9 @@ class Writer {
     if (error) throw Error(ErrorCode::kIo, "cannot create the directory: " + error.message(), {.path = directory});
   }
 
-  void write_shards(std::vector<std::unique_ptr<detail::AtomicFile>>& files) {
-    std::vector<std::vector<detail::WriteSpan>> spans(files.size());
+  // Writes and seals every shard under its temporary name; commit() renames.
+  std::vector<std::unique_ptr<detail::AtomicFile>> write_shards(int num_shards) {
+    std::vector<std::vector<detail::WriteSpan>> spans(static_cast<size_t>(num_shards));
     for (Item& item : items_) {
       if (item.tied_to != SIZE_MAX) continue;
       detail::WriteSpan span{item.bytes, static_cast<uint64_t>(item.offset), nullptr};
@@ -271,13 +269,19 @@ class Writer {
       }
       spans[static_cast<size_t>(item.shard)].push_back(std::move(span));
     }
-    for (size_t shard = 0; shard < files.size(); ++shard) {
-      files[shard]->resize(shard_sizes_[shard]);
-      files[shard]->write_parallel(spans[shard], options_.threads);
+    std::vector<std::unique_ptr<detail::AtomicFile>> files;
+    for (int shard = 0; shard < num_shards; ++shard) {
+      auto file = std::make_unique<detail::AtomicFile>(shard_path(prefix_, shard, num_shards),
+                                                       detail::AtomicFileOptions{.fsync = options_.fsync});
+      file->resize(shard_sizes_[static_cast<size_t>(shard)]);
+      file->write_parallel(spans[static_cast<size_t>(shard)], options_.threads);
+      file->seal();
+      files.push_back(std::move(file));
     }
     for (Item& item : items_) {
       if (item.tied_to != SIZE_MAX) item.crc = items_[item.tied_to].crc;
     }
+    return files;
   }
 
   // The tree's skeleton, tensors named by their keys.
