@@ -106,6 +106,20 @@ def test_standard_checkpointer_and_multi_chunk_arrays(tmp_path, run, inspect_jso
     assert_same_as_restore(tensors, info, ocp.PyTreeCheckpointer().restore(tmp_path / "ckpt"))
 
 
+def test_callers_own_ckpt_custom_metadata_is_not_taken_for_ckpts_record(tmp_path, run, inspect_json):
+    # Orbax keeps a caller's custom_metadata; a "ckpt" key in it that is not
+    # ckpt's record (an object with "version" and "tree") is the caller's.
+    tree = {"w": random_array("float32", (4, 3), 3), "b": random_array("int8", (5,), 4)}
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "ckpt", tree, custom_metadata={"ckpt": {"version": 1, "note": "mine"}})
+    tensors, info = ckpt_contents(run, inspect_json, tmp_path / "ckpt", tmp_path)
+    with ocp.StandardCheckpointer() as checkpointer:
+        assert_same_as_restore(tensors, info, checkpointer.restore(tmp_path / "ckpt"))
+    assert info["format_version"] == 0
+    assert {k: v for k, v in info["metadata"].items() if k.startswith("custom_metadata")} == {
+        "custom_metadata.ckpt.version": "1", "custom_metadata.ckpt.note": "mine"}
+
+
 def test_composite_checkpoint_manager_reads_every_item(tmp_path, run, inspect_json):
     state = {"params": small_flax_params(), "step": np.int64(3)}
     extra = {"ema": [np.arange(6, dtype=np.float32), np.ones((2, 3), np.uint8)]}

@@ -240,13 +240,14 @@ std::optional<Record> find_record(element root, const ErrorContext& context) {
     throw Error(ErrorCode::kCorrupt, std::string(kRecordEntry) + ": " + message, where);
   };
   simdjson::dom::object fields;
-  if (value.get_object().get(fields)) bad("ckpt's record is not a JSON object");
+  if (value.get_object().get(fields)) return std::nullopt;  // the caller's own "ckpt"
+  element ignored;
+  if (fields["version"].get(ignored) || fields["tree"].get(ignored)) return std::nullopt;
   std::optional<element> version, tree;
   detail::read_fields(fields, {{"version", &version}, {"tree", &tree}}, bad);
   Record record;
   record.version = detail::read_version(version, kRecordVersion, "record", where, bad);
-  if (!tree) bad("\"tree\" is missing");
-  record.tree = *tree;
+  record.tree = *tree;  // present: checked above
   return record;
 }
 

@@ -70,11 +70,13 @@ struct Record {
 };
 
 // The record in `root` (the parsed `_CHECKPOINT_METADATA`), or nullopt when
-// custom_metadata is not an object or holds no "ckpt". Fields other than
-// version and tree are ignored (later additions). Throws Error{kCorrupt}
-// with `context` (entry custom_metadata.ckpt) if the record is not an object
-// with a positive integer "version" and a "tree", or names a field twice;
-// {kUnsupported} if its version is newer than kRecordVersion.
+// custom_metadata is not an object, holds no "ckpt", or its "ckpt" is not
+// ckpt's record: not an object with both a "version" and a "tree" field (a
+// caller's own custom metadata under that key, which stays user metadata).
+// Fields other than version and tree are ignored (later additions). Throws
+// Error{kCorrupt} with `context` (entry custom_metadata.ckpt) if the version
+// is not a positive integer or a field appears twice; {kUnsupported} if the
+// version is newer than kRecordVersion.
 std::optional<Record> find_record(simdjson::dom::element root, const ErrorContext& context);
 
 // The item names `_CHECKPOINT_METADATA` lists in item_handlers (an object);
