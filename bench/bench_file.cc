@@ -13,7 +13,9 @@
 //               value of the database into reused per-thread memory, on the
 //               load's threads: the floor under any reader of the checkpoint,
 //               with no page faults and no format work
-// Each is the best of --repeats runs.
+// Each is the best of --repeats runs. Before each timed load and read, the
+// process touches and frees memory the size of the checkpoint (untimed; see
+// touch_and_free).
 //
 //   build/ckpt_bench file PATH [--repeats N] [--dir DIR] [--threads N]
 
@@ -74,15 +76,38 @@ void read_all(const std::filesystem::path& path) {
   const auto files = checkpoint_files(path);
   size_t total = 0;
   for (const auto& file : files) total += std::filesystem::file_size(file);
-  const std::unique_ptr<char[]> buffer(new char[total]);  // uninitialized, as ckpt's own heap blocks
+  // The same kind of memory as ckpt's loads (huge pages advised), untouched.
+  ckpt::Buffer buffer = ckpt::Buffer::allocate(total);
+  char* const into = reinterpret_cast<char*>(buffer.mutable_bytes().data());
   size_t at = 0;
   for (const auto& file : files) {
     std::FILE* in = std::fopen(file.c_str(), "rb");
     if (in == nullptr) continue;
-    at += std::fread(buffer.get() + at, 1, total - at, in);
+    at += std::fread(into + at, 1, total - at, in);
     std::fclose(in);
   }
   if (at != total) std::fprintf(stderr, "bench: short read\n");
+}
+
+// Writes every page of `bytes` of fresh memory, then frees it. On a VM that
+// reports free pages to its host (Firecracker, as this project's machines),
+// memory left free for a few seconds goes back to the host and costs about a
+// CPU-second per GiB to touch again, on top of the kernel's zeroing; after
+// this the load gets pages the host still backs, as on an ordinary machine.
+// bench_formats.py does the same in the framework's process.
+void touch_and_free(uint64_t bytes) {
+  // ckpt's own heap blocks (huge pages advised, as numpy's): the load wants
+  // large free blocks, which are the ones the VM hands back.
+  ckpt::Buffer block = ckpt::Buffer::allocate(bytes);
+  const std::span<std::byte> data = block.mutable_bytes();
+  std::memset(data.data(), 1, data.size());
+}
+
+// The size of every file of the checkpoint at `path`.
+uint64_t checkpoint_bytes(const std::filesystem::path& path) {
+  uint64_t total = 0;
+  for (const auto& file : checkpoint_files(path)) total += std::filesystem::file_size(file);
+  return total;
 }
 
 // CPU seconds this process has used, all threads.
@@ -150,6 +175,7 @@ int bench_file_main(int argc, char** argv) {
       bytes = 0;
       for (const ckpt::EntryInfo& entry : contents.entries) bytes += entry.nbytes;
     });
+    const uint64_t warm_bytes = checkpoint_bytes(path) / 4 * 5 + (uint64_t{64} << 20);  // decoded may be larger
     ckpt::Tree loaded;
     // The previous run's tree is freed before the timer starts, as the
     // Python peers drop theirs between runs.
@@ -161,7 +187,10 @@ int bench_file_main(int argc, char** argv) {
           loaded = ckpt::open(path, {.lazy = false, .threads = threads}).tree;
           load_cpu_s = std::min(load_cpu_s, cpu_seconds() - cpu);
         },
-        [&] { loaded = ckpt::Tree(); });
+        [&] {
+          loaded = ckpt::Tree();
+          touch_and_free(warm_bytes);
+        });
     // Every tensor in heap memory, as torch.load leaves them.
     loaded.for_each_tensor([](ckpt::Tensor& tensor) {
       if (tensor.buffer().kind() == ckpt::StorageKind::kMapped) std::abort();
@@ -186,7 +215,7 @@ int bench_file_main(int argc, char** argv) {
       }
     }
     std::filesystem::remove_all(out_dir);
-    const double read_s = best_seconds(repeats, [&] { read_all(path); });
+    const double read_s = best_seconds(repeats, [&] { read_all(path); }, [&] { touch_and_free(warm_bytes); });
     loaded = ckpt::Tree();
     const double decode_s = decode_floor_seconds(path, repeats, threads);
     std::printf("{\"tensors\": %zu, \"bytes\": %llu, \"open_s\": %.9f, \"load_s\": %.9f, \"load_cpu_s\": %.9f, "

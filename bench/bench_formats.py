@@ -2,11 +2,23 @@
 each framework's own reader, on the same ~1 GiB files (100 float32 tensors)
 written by the framework itself, in one run. ckpt's side is timed in C++
 (`ckpt_bench file`: lazy open, full load into heap memory, and a plain read()
-of the same files). Printed as ratios. For Orbax, whose chunks are zstd,
-also CPU time (all threads) and libzstd's own decoding of the same chunks
-into reused memory: the floor under any reader on this machine.
+of the same files). Printed as ratios, with CPU time (all threads) beside
+wall time. For Orbax, whose chunks are zstd, also libzstd's own decoding of
+the same chunks into reused memory: the floor under any reader on this
+machine.
 
-    .venv/bin/python bench/bench_formats.py [--gib 1.0] [--repeats 3]
+Every timed load runs in a fresh process (imports done, files in the page
+cache), one load per process, the framework's turn and ckpt's alternating:
+a restore at the start of a job, into memory fresh from the kernel. Several
+loads in one process would let the allocator hand the previous load's pages
+back, which flatters whichever reader gets them (it made the Orbax restore
+a third cheaper when it ran after the TF and Flax rows, and ckpt's TF load
+six times cheaper). Just before its timed load, each process touches and
+frees 1.25x the checkpoint's size: this machine is a VM that hands memory
+left free for two seconds back to its host, and touching such memory again
+costs about a CPU-second per GiB, more than either reader's own work.
+
+    .venv/bin/python bench/bench_formats.py [--gib 1.0] [--repeats 3] [--only orbax]
 """
 
 import argparse
@@ -16,12 +28,11 @@ import pathlib
 import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
 import numpy as np
-
-from bench_common import best
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -32,10 +43,65 @@ def arrays(gib, count=100):
     return {f"layer_{i}": rng.random(elements, dtype=np.float32) for i in range(count)}
 
 
-def ckpt_side(bench, path, directory, repeats):
-    out = subprocess.run([bench, "file", str(path), "--repeats", str(repeats), "--dir", str(directory)],
-                         check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+def write_tf(data, directory):
+    import tensorflow as tf
+
+    variables = {k: tf.Variable(v) for k, v in data.items()}
+    return tf.train.Checkpoint(**variables).write(str(directory / "tf" / "ckpt"))
+
+
+def restore_tf(path):
+    """A function that reads every variable (and keeps them all, as a
+    restore does), set up untimed."""
+    import tensorflow as tf
+
+    def restore():
+        reader = tf.train.load_checkpoint(path)
+        return [reader.get_tensor(key) for key in reader.get_variable_to_shape_map()]
+
+    return restore, None
+
+
+def write_flax(data, directory):
+    import flax.serialization
+
+    path = directory / "checkpoint_1"
+    path.write_bytes(flax.serialization.to_bytes({"params": data}))
+    return path
+
+
+def restore_flax(path):
+    import flax.serialization
+
+    return lambda: flax.serialization.msgpack_restore(pathlib.Path(path).read_bytes()), None
+
+
+def write_orbax(data, directory):
+    import orbax.checkpoint as ocp
+
+    path = directory / "orbax" / "1"
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(path, {"params": data})
+    return path
+
+
+def restore_orbax(path):
+    import jax
+    import orbax.checkpoint as ocp
+
+    jax.devices()  # the backend started, as in a job that restores after building its model
+    checkpointer = ocp.StandardCheckpointer()
+    return lambda: checkpointer.restore(path), checkpointer.close
+
+
+# name: (title, what the framework's side does, writer, restore set-up)
+FORMATS = {
+    "tf": ("TF bundle (tf.train.Checkpoint)", "tf.train.load_checkpoint + get_tensor of every variable",
+           write_tf, restore_tf),
+    "flax": ("Flax msgpack (flax.serialization.to_bytes)", "flax.serialization.msgpack_restore(file bytes)",
+             write_flax, restore_flax),
+    "orbax": ("Orbax (StandardCheckpointer, OCDBT)", "StandardCheckpointer.restore", write_orbax, restore_orbax),
+}
 
 
 def cpu_seconds():
@@ -43,84 +109,94 @@ def cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def best_wall_and_cpu(repeats, body):
-    """The shortest wall time and the least CPU time of `repeats` runs."""
-    wall, cpu = [], []
+def checkpoint_bytes(path):
+    """The size of every file of the checkpoint: a file, a TF prefix's
+    files, or a directory."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.parent.glob(path.name + ".*"))
+
+
+def touch_and_free(nbytes):
+    """Writes every page of fresh memory, then frees it (numpy's large
+    blocks are mapped and unmapped): see the module's docstring."""
+    block = np.ones(nbytes, dtype=np.uint8)
+    del block
+
+
+def peer_child(name, path):
+    """In a fresh process: one timed restore; prints {"wall", "cpu"}."""
+    restore, close = FORMATS[name][3](path)
+    touch_and_free(checkpoint_bytes(path) * 5 // 4 + (64 << 20))
+    c, t = cpu_seconds(), time.perf_counter()
+    restored = restore()
+    wall, cpu = time.perf_counter() - t, cpu_seconds() - c
+    del restored
+    if close:
+        close()
+    print(json.dumps({"wall": wall, "cpu": cpu}))
+
+
+def peer_once(name, path):
+    out = subprocess.run([sys.executable, __file__, "--peer-child", name, str(path)],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ckpt_once(bench, path, directory):
+    out = subprocess.run([bench, "file", str(path), "--repeats", "1", "--dir", str(directory)],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def best_of(runs):
+    """Each field's least value over the runs (None stays None)."""
+    return {key: (None if runs[0][key] is None else min(run[key] for run in runs)) for key in runs[0]}
+
+
+def measure(name, data, directory, bench, repeats):
+    title, peer_name = FORMATS[name][:2]
+    path = FORMATS[name][2](data, directory)
+    peer_runs, ckpt_runs = [], []
     for _ in range(repeats):
-        c, t = cpu_seconds(), time.perf_counter()
-        body()
-        wall.append(time.perf_counter() - t)
-        cpu.append(cpu_seconds() - c)
-    return min(wall), min(cpu)
-
-
-def report(label, peer_name, peer_s, c):
-    print(f"\n== {label}: {c['tensors']} tensors, {c['bytes'] / 2**20:.0f} MiB ==")
-    print(f"  {peer_name}: {peer_s * 1e3:8.1f} ms | ckpt full load {c['load_s'] * 1e3:8.1f} ms"
-          f" | ratio {peer_s / c['load_s']:6.2f}x")
+        peer_runs.append(peer_once(name, path))
+        ckpt_runs.append(ckpt_once(bench, path, directory))
+    peer, c = best_of(peer_runs), best_of(ckpt_runs)
+    print(f"\n== {title}: {c['tensors']} tensors, {c['bytes'] / 2**20:.0f} MiB ==")
+    print(f"  {peer_name}: {peer['wall'] * 1e3:8.1f} ms | ckpt full load {c['load_s'] * 1e3:8.1f} ms"
+          f" | ratio {peer['wall'] / c['load_s']:6.2f}x")
+    print(f"  CPU time, all threads: {peer['cpu']:6.2f} s | ckpt {c['load_cpu_s']:6.2f} s"
+          f" | ratio {peer['cpu'] / c['load_cpu_s']:5.2f}x")
     print(f"  plain read() of the same files {c['read_s'] * 1e3:8.1f} ms | ckpt load vs plain read"
           f" {c['read_s'] / c['load_s']:5.2f}x | ckpt lazy open {c['open_s'] * 1e3:7.2f} ms")
-
-
-def tf_bench(data, directory, bench, repeats):
-    import tensorflow as tf
-
-    variables = {k: tf.Variable(v) for k, v in data.items()}
-    prefix = tf.train.Checkpoint(**variables).write(str(directory / "tf" / "ckpt"))
-
-    def peer():
-        # Every tensor kept, as a restore keeps them (reading and dropping
-        # them one by one would let malloc hand the same pages back each time).
-        reader = tf.train.load_checkpoint(prefix)
-        return [reader.get_tensor(key) for key in reader.get_variable_to_shape_map()]
-
-    report("TF bundle (tf.train.Checkpoint)", "tf.train.load_checkpoint + get_tensor of every variable",
-           best(repeats, peer), ckpt_side(bench, prefix, directory, repeats))
-
-
-def flax_bench(data, directory, bench, repeats):
-    import flax.serialization
-
-    path = directory / "checkpoint_1"
-    path.write_bytes(flax.serialization.to_bytes({"params": data}))
-    peer = lambda: flax.serialization.msgpack_restore(path.read_bytes())  # noqa: E731
-    report("Flax msgpack (flax.serialization.to_bytes)", "flax.serialization.msgpack_restore(file bytes)",
-           best(repeats, peer), ckpt_side(bench, path, directory, repeats))
-
-
-def orbax_bench(data, directory, bench, repeats):
-    import orbax.checkpoint as ocp
-
-    path = directory / "orbax" / "1"
-    with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(path, {"params": data})
-    with ocp.StandardCheckpointer() as checkpointer:
-        peer_s, peer_cpu = best_wall_and_cpu(repeats, lambda: checkpointer.restore(path))
-    c = ckpt_side(bench, path, directory, repeats)
-    report("Orbax (StandardCheckpointer, OCDBT)", "StandardCheckpointer.restore", peer_s, c)
-    print(f"  CPU time, all threads: Orbax {peer_cpu:6.2f} s | ckpt {c['load_cpu_s']:6.2f} s"
-          f" | ratio {peer_cpu / c['load_cpu_s']:5.2f}x")
     if c["decode_s"] is not None:
         floor = c["decode_s"]
         print(f"  libzstd decoding the same chunks into reused memory {floor * 1e3:8.1f} ms: the floor."
-              f" Orbax takes {peer_s / floor:5.2f}x it, ckpt {c['load_s'] / floor:5.2f}x it")
+              f" The framework takes {peer['wall'] / floor:5.2f}x it, ckpt {c['load_s'] / floor:5.2f}x it")
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--peer-child":
+        peer_child(sys.argv[2], sys.argv[3])
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gib", type=float, default=1.0)
     root = pathlib.Path(__file__).resolve().parents[1]
     parser.add_argument("--bench", default=str(root / "build" / "ckpt_bench"))
-    parser.add_argument("--only", choices=["tf", "flax", "orbax"], default=None)
+    parser.add_argument("--only", choices=list(FORMATS), default=None)
     args = parser.parse_args()
     directory = pathlib.Path(tempfile.mkdtemp(prefix="ckpt-bench-formats-"))
     data = arrays(args.gib)
-    print(f"ratios are the framework's time / ckpt's time (higher: ckpt faster); files in {directory}")
+    print(f"ratios are the framework's time / ckpt's time (higher: ckpt faster), each the best of {args.repeats}"
+          f" fresh processes; files in {directory}")
     try:
-        for name, body in (("tf", tf_bench), ("flax", flax_bench), ("orbax", orbax_bench)):
+        for name in FORMATS:
             if args.only in (None, name):
-                body(data, directory, args.bench, args.repeats)
+                measure(name, data, directory, args.bench, args.repeats)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
