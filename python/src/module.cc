@@ -121,9 +121,19 @@ class Handle {
   py::dict info(const std::string& name) const { return entry_info(entry(name), checksum_kind()); }
   // `writable`: a numpy array that may be written (the memory is private:
   // a copy-on-write mapping or heap); torch tensors always may be.
-  py::object get(const std::string& name, bool writable) const {
+  // `copy`: in fresh memory of its own, read from the file itself (positioned
+  // reads; a zstd chunk decoded again) where the tensor is still in it, so
+  // that what a caller wrote into an earlier result does not show.
+  py::object get(const std::string& name, bool writable, bool copy) const {
     entry(name);
-    return tensor_out(contents_.tree.at(name).tensor(), framework_, writable);
+    const Tensor& tensor = contents_.tree.at(name).tensor();
+    if (!copy) return tensor_out(tensor, framework_, writable);
+    Tensor fresh;
+    {
+      py::gil_scoped_release unlocked;
+      fresh = tensor.copy();
+    }
+    return tensor_out(fresh, framework_, writable);
   }
   py::object value(const std::string& name) const {
     check_open();
@@ -313,7 +323,7 @@ PYBIND11_MODULE(_ckpt, m) {
   py::class_<Handle>(m, "Handle")
       .def("keys", &Handle::keys)
       .def("info", &Handle::info, py::arg("name"))
-      .def("get", &Handle::get, py::arg("name"), py::arg("writable") = false)
+      .def("get", &Handle::get, py::arg("name"), py::arg("writable") = false, py::arg("copy") = false)
       .def("value", &Handle::value, py::arg("name"))
       .def("tree", &Handle::tree)
       .def("values", &Handle::values)

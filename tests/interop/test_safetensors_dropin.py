@@ -216,6 +216,41 @@ def test_loaded_arrays_are_writable_and_never_write_the_file(tmp_path):
     assert st_np.load_file(path)["a"].tolist() == [0, 0, 0, 0]
 
 
+@pytest.mark.parametrize("framework", ["np", "pt"])
+@pytest.mark.parametrize("opening", ["mmap", "pread", "file object"])
+def test_results_share_memory_exactly_where_the_reference_s_do(tmp_path, framework, opening):
+    # Write into every result, then ask again: numpy results (and torch's
+    # with "pread") are each the caller's own, torch tensors over a mapping
+    # share it, as with the reference.
+    path = tmp_path / "t.safetensors"
+    hf_np.save_file({"a": np.arange(6, dtype=np.float32).reshape(2, 3)}, path)
+
+    def written_then_read(module):
+        if opening == "file object":
+            with open(path, "rb") as f:
+                return run(module._safe_open_handle(f, framework))
+        return run(module.safe_open(path, framework, backend=opening))
+
+    def run(opened):
+        seen = []
+        with opened as f:
+            for _ in range(3):
+                tensor = f.get_tensor("a")
+                part = f.get_slice("a")[:, 1:]
+                seen.append((np.asarray(tensor).tolist(), np.asarray(part).tolist()))
+                tensor[0, 0] = 100
+                part[0, 0] = -1
+        return seen
+
+    ours = written_then_read(st)
+    assert ours == written_then_read(hf)
+    if framework == "pt" and opening != "pread":
+        # torch tensors over the mapping share it, the reference's too.
+        assert ours[2][0][0] == [100, -1, 2]
+    else:
+        assert ours[2] == ([[0, 1, 2], [3, 4, 5]], [[1, 2], [4, 5]])
+
+
 def test_synced_writes_give_the_same_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(st, "SYNC_WRITES", True)
     tensors = torch_tensors()

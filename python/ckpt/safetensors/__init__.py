@@ -27,7 +27,7 @@ from __future__ import annotations
 import mmap
 import operator
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from .. import _ckpt
 from .._errors import CheckpointError
@@ -254,8 +254,8 @@ class safe_open:
     ``framework``: "pt" (torch), "np" (numpy), "tf", "flax" (jax), "mlx",
     "paddle". ``device``: where torch tensors go ("cpu", "cuda:0", 0, ...).
     ``backend``: "mmap" maps the file, tensors view the mapping; "pread"
-    reads every tensor into memory at open (positioned reads) and keeps no
-    mapping. Besides safetensors, any format ckpt reads opens here (a torch
+    reads each tensor asked for into memory of its own (positioned reads, no
+    page faults on the mapping). Besides safetensors, any format ckpt reads opens here (a torch
     .pt, .npz, TF bundle, Flax or Orbax checkpoint), its tensors named by
     dotted paths.
 
@@ -273,16 +273,23 @@ class safe_open:
         self._device = _device(self._framework, device)
         path = os.fsdecode(os.fspath(filename))
         try:
-            handle = _ckpt.open(path, "torch" if self._framework == "pt" else "numpy", lazy=backend == "mmap")
+            handle = _ckpt.open(path, "torch" if self._framework == "pt" else "numpy")
         except FileNotFoundError:
             raise FileNotFoundError(f"No such file or directory: {path}") from None
         except (CheckpointError, ValueError) as error:
             raise _error("Error while deserializing header", error) from None
         self._attach(handle)
+        # "pread": every tensor a fresh positioned read of the file.
+        self._copy_always = backend == "pread"
+        self._shared = self._framework == "pt" and backend == "mmap"
 
     @classmethod
     def _over(cls, handle: Any, framework: str, device: Any) -> "safe_open":
         self = cls.__new__(cls)
+        # Memory that results would view is not the file: a write into it
+        # could not be undone, so every result is a copy.
+        self._copy_always = True
+        self._shared = framework == "pt"
         self._framework = framework
         self._device = device
         self._attach(handle)
@@ -292,6 +299,7 @@ class safe_open:
         self._handle = handle
         self._keys = sorted(handle.keys())
         self._known = set(self._keys)
+        self._lent: Set[str] = set()  # names whose memory a caller already holds
 
     def _open_handle(self) -> Any:
         if self._handle is None or self._handle.closed():
@@ -315,15 +323,34 @@ class safe_open:
     def metadata(self) -> Optional[Dict[str, str]]:
         return self._open_handle().metadata() or None
 
-    def _tensor(self, name: str) -> Any:
+    def _tensor(self, name: str, copy: bool = False) -> Any:
+        """The tensor over the file's memory (writable: the mapping is
+        private, copy on write; pread memory is ours), shared by every call;
+        with ``copy``, read afresh from the file into memory of its own."""
         handle = self._open_handle()
         if name not in self._known:
             raise SafetensorError(f"File does not contain tensor {name}")
-        # Writable: the mapping is private (copy on write), pread memory is ours.
-        return handle.get(name, writable=True)
+        return handle.get(name, writable=True, copy=copy)
+
+    def _pristine(self, name: str) -> Any:
+        """The tensor as the file holds it: the shared memory until a caller
+        was lent it (and may have written into it), then a fresh read."""
+        return self._tensor(name, copy=name in self._lent)
 
     def get_tensor(self, name: str) -> Any:
-        return _convert(self._framework, self._tensor(name), self._device)
+        """As the reference's: torch tensors over a mapped file share its
+        (private) memory, every other result is the caller's own (with
+        "mmap" the first for a name views the file's memory and later ones
+        are fresh reads of the file; with "pread" every one is), so that a
+        write into one never shows in another."""
+        if self._shared:
+            tensor = self._tensor(name)
+        elif self._copy_always:
+            tensor = self._tensor(name, copy=True)
+        else:
+            tensor = self._pristine(name)
+            self._lent.add(name)
+        return _convert(self._framework, tensor, self._device)
 
     def get_tensors(self) -> Dict[str, Any]:
         return {name: self.get_tensor(name) for name in self.offset_keys()}
@@ -380,13 +407,19 @@ class _Slice:
         return self._code
 
     def __getitem__(self, index: Any) -> Any:
+        # A part shares memory as get_tensor's results do: torch's over a
+        # mapped file view it, every other part is a copy of the file's bytes.
         if self._opened._framework == "pt":
             # As the reference does for torch: torch's own indexing of the
             # (mapped) tensor, with its semantics and errors.
-            return _convert("pt", self._opened._tensor(self._name)[index], self._opened._device)
-        part = self._opened._tensor(self._name)[self._key(index)]
-        part = part if part.flags.c_contiguous else part.copy(order="C")
-        return _convert(self._opened._framework, part, self._opened._device)
+            if self._opened._shared:
+                return _convert("pt", self._opened._tensor(self._name)[index], self._opened._device)
+            import torch
+
+            part = self._opened._pristine(self._name)[index]
+            return _convert("pt", part.clone(memory_format=torch.contiguous_format), self._opened._device)
+        part = self._opened._pristine(self._name)[self._key(index)]
+        return _convert(self._opened._framework, part.copy(order="C"), self._opened._device)
 
     def _key(self, index: Any) -> Tuple[Any, ...]:
         if isinstance(index, list):
