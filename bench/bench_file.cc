@@ -71,11 +71,17 @@ std::vector<std::filesystem::path> checkpoint_files(const std::filesystem::path&
   return files;
 }
 
+// The size of all of `files`.
+uint64_t total_size(const std::vector<std::filesystem::path>& files) {
+  uint64_t total = 0;
+  for (const auto& file : files) total += std::filesystem::file_size(file);
+  return total;
+}
+
 // Reads every file of the checkpoint into one heap buffer with read().
 void read_all(const std::filesystem::path& path) {
   const auto files = checkpoint_files(path);
-  size_t total = 0;
-  for (const auto& file : files) total += std::filesystem::file_size(file);
+  const uint64_t total = total_size(files);
   // The same kind of memory as ckpt's loads (huge pages advised), untouched.
   ckpt::Buffer buffer = ckpt::Buffer::allocate(total);
   char* const into = reinterpret_cast<char*>(buffer.mutable_bytes().data());
@@ -101,13 +107,6 @@ void touch_and_free(uint64_t bytes) {
   ckpt::Buffer block = ckpt::Buffer::allocate(bytes);
   const std::span<std::byte> data = block.mutable_bytes();
   std::memset(data.data(), 1, data.size());
-}
-
-// The size of every file of the checkpoint at `path`.
-uint64_t checkpoint_bytes(const std::filesystem::path& path) {
-  uint64_t total = 0;
-  for (const auto& file : checkpoint_files(path)) total += std::filesystem::file_size(file);
-  return total;
 }
 
 // CPU seconds this process has used, all threads.
@@ -175,7 +174,7 @@ int bench_file_main(int argc, char** argv) {
       bytes = 0;
       for (const ckpt::EntryInfo& entry : contents.entries) bytes += entry.nbytes;
     });
-    const uint64_t warm_bytes = checkpoint_bytes(path) / 4 * 5 + (uint64_t{64} << 20);  // decoded may be larger
+    const uint64_t warm_bytes = total_size(checkpoint_files(path)) / 4 * 5 + (uint64_t{64} << 20);  // decoded may be larger
     ckpt::Tree loaded;
     // The previous run's tree is freed before the timer starts, as the
     // Python peers drop theirs between runs.
