@@ -293,15 +293,25 @@ class OrbaxRecordTest : public ::testing::Test {
   static constexpr std::string_view kValidRecord =
       R"j({"version": 1, "tree": {"map": [["v", {"tensor": "v"}], ["w", {"tensor": "w"}]]}})j";
 
-  // The error of reading the checkpoint whose record is `record` (JSON text).
-  Error error_of(std::string_view record) {
-    const auto dir = dir_ / "item";
+  // Saves the item (arrays "v" and "w") at dir_/item; returns its tree.
+  Tree save_item(bool extras = true) {
     Tree tree = Tree::map();
     tree.set("v", Tensor::zeros(DType::kFloat32, {2}));
     tree.set("w", Tensor::zeros(DType::kInt8, {3}));
-    save(dir, tree, {.format = "orbax"});
-    testing::write_file(dir / "_CHECKPOINT_METADATA",
-                        R"j({"item_handlers": "H", "custom_metadata": {"ckpt": )j" + std::string(record) + "}}");
+    save(dir_ / "item", tree, {.format = "orbax", .extras = extras});
+    return tree;
+  }
+  // Replaces the item's _CHECKPOINT_METADATA, its custom_metadata `custom`.
+  void write_custom_metadata(const std::string& custom) {
+    testing::write_file(dir_ / "item" / "_CHECKPOINT_METADATA",
+                        R"j({"item_handlers": "H", "custom_metadata": )j" + custom + "}");
+  }
+
+  // The error of reading the checkpoint whose record is `record` (JSON text).
+  Error error_of(std::string_view record) {
+    const auto dir = dir_ / "item";
+    save_item();
+    write_custom_metadata("{\"ckpt\": " + std::string(record) + "}");
     try {
       orbax_format().read(dir, {});
     } catch (const Error& error) {
@@ -323,16 +333,11 @@ class OrbaxRecordTest : public ::testing::Test {
 };
 
 TEST_F(OrbaxRecordTest, TheValidRecordIsAcceptedAndOtherCustomMetadataIgnored) {
-  const auto dir = dir_ / "item";
-  Tree tree = Tree::map();
-  tree.set("v", Tensor::zeros(DType::kFloat32, {2}));
-  tree.set("w", Tensor::zeros(DType::kInt8, {3}));
-  save(dir, tree, {.format = "orbax"});
-  const std::string base = R"j({"item_handlers": "H", "custom_metadata": )j";
+  const Tree tree = save_item();
   for (const std::string& custom : {"{\"ckpt\": " + std::string(kValidRecord) + "}", std::string("{\"other\": 1}"),
                                    std::string("null"), std::string("[1]")}) {
-    testing::write_file(dir / "_CHECKPOINT_METADATA", base + custom + "}");
-    const Contents contents = orbax_format().read(dir, {});
+    write_custom_metadata(custom);
+    const Contents contents = orbax_format().read(dir_ / "item", {});
     EXPECT_TRUE(contents.tree == tree) << custom;
     for (const auto& [key, value] : contents.metadata) {
       EXPECT_FALSE(key.starts_with("custom_metadata.ckpt")) << key << ": the record is not user metadata";
@@ -344,15 +349,10 @@ TEST_F(OrbaxRecordTest, TheValidRecordIsAcceptedAndOtherCustomMetadataIgnored) {
 // caller's own custom metadata: the checkpoint reads as Orbax sees it, and
 // the value stays in the metadata.
 TEST_F(OrbaxRecordTest, AnotherCkptKeyIsTheCallersOwnMetadata) {
-  const auto dir = dir_ / "item";
-  Tree tree = Tree::map();
-  tree.set("v", Tensor::zeros(DType::kFloat32, {2}));
-  tree.set("w", Tensor::zeros(DType::kInt8, {3}));
-  save(dir, tree, {.format = "orbax", .extras = false});
+  const Tree tree = save_item(/*extras=*/false);
   for (const std::string custom : {"5", "\"epoch 3\"", R"j({"version": 1})j", R"j({"tree": {"map": []}})j"}) {
-    testing::write_file(dir / "_CHECKPOINT_METADATA",
-                        R"j({"item_handlers": "H", "custom_metadata": {"ckpt": )j" + custom + "}}");
-    const Contents contents = orbax_format().read(dir, {});
+    write_custom_metadata("{\"ckpt\": " + custom + "}");
+    const Contents contents = orbax_format().read(dir_ / "item", {});
     EXPECT_TRUE(contents.tree == tree) << custom;
     EXPECT_EQ(contents.format_version, 0) << custom;
     bool kept = false;
