@@ -20,7 +20,7 @@
 #include <unordered_set>
 
 #include "ckpt/error.h"
-#include "restore/glob.h"
+#include "checkpoint/glob.h"
 
 namespace ckpt {
 namespace {

@@ -1,7 +1,7 @@
 // glob_match and name_under (include/ckpt/transform.h), and the UTF-8
 // reading that the Glob class of glob.h uses.
 
-#include "restore/glob.h"
+#include "checkpoint/glob.h"
 
 #include "ckpt/transform.h"
 
