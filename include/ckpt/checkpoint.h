@@ -1,6 +1,7 @@
 #pragma once
-// The front door: save, load, open, detect and convert, over every registered
-// format. No history management here (see the manager for that).
+// The front door: save, load, open and detect, over every registered format
+// (convert.h rewrites one in another format). No history management here
+// (see the manager for that).
 
 #include <filesystem>
 
@@ -47,11 +48,5 @@ const Format& detect(const std::filesystem::path& path);
 // Full validation of `path`, every stored checksum included. Returns the
 // contents on success; throws Error{kCorrupt} naming the first defect.
 Contents verify(const std::filesystem::path& path);
-
-// Reads `src` and writes it to `dst` (format from options as in save()).
-// Tensors are copied bit-exact; `src`'s metadata goes along where the target
-// format keeps metadata (options.metadata, if given, replaces it).
-void convert(const std::filesystem::path& src, const std::filesystem::path& dst,
-             const SaveOptions& options = {});
 
 }  // namespace ckpt

@@ -90,6 +90,7 @@ struct FormatCapabilities {
   bool checksums = false;
   bool single_tensor = false;   // holds exactly one tensor (npy)
   bool metadata = false;        // keeps SaveOptions::metadata
+  bool shards = false;          // splits a checkpoint into data shards (SaveOptions::max_shard_bytes)
 };
 
 class Format {

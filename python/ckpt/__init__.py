@@ -105,14 +105,14 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     OSError if the system refuses the write. An earlier file at ``path`` is
     untouched on failure.
     """
+    options = dict(format=format or "", metadata=None if metadata is None else dict(metadata), extras=extras,
+                   checksum=checksum, fsync=fsync, threads=threads, max_shard_bytes=max_shard_bytes)
     with _no_gc():
         try:
-            _ckpt.save(_path(path), state, format or "", None if metadata is None else dict(metadata), extras,
-                       checksum, fsync, threads, max_shard_bytes)
+            _ckpt.save(_path(path), state, **options)
         except TypeError:
             nest = to_nest(state)  # dataclasses, NamedTuples: plain dicts and lists, then try again
-            _ckpt.save(_path(path), nest, format or "", None if metadata is None else dict(metadata), extras,
-                       checksum, fsync, threads, max_shard_bytes)
+            _ckpt.save(_path(path), nest, **options)
 
 
 def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,
@@ -133,8 +133,9 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     """
     with _no_gc():
         if rename is not None:
-            return _ckpt.load_renamed(_path(path), rename_steps(rename), framework, lazy, verify, threads)
-        return _ckpt.load(_path(path), framework, lazy, verify, threads)
+            return _ckpt.load_renamed(_path(path), rename_steps(rename), framework=framework, lazy=lazy,
+                                      verify=verify, threads=threads)
+        return _ckpt.load(_path(path), framework=framework, lazy=lazy, verify=verify, threads=threads)
 
 
 class Checkpoint:
@@ -144,7 +145,7 @@ class Checkpoint:
 
     def __init__(self, path: PathLike, framework: Framework = "numpy", verify: bool = False):
         self.path = _path(path)
-        self._handle = _ckpt.open(self.path, framework, verify)
+        self._handle = _ckpt.open(self.path, framework=framework, verify=verify)
 
     def keys(self) -> List[str]:
         """Tensor names, in file order; then the names of tied tensors stored
@@ -218,54 +219,45 @@ def open(path: PathLike, *, framework: Framework = "numpy", verify: bool = False
 
 
 def convert(src: PathLike, dst: PathLike, to: Optional[str] = None, *, extras: bool = True,
-            rename: Any = None) -> str:
+            rename: Any = None, drop_unsupported: bool = False) -> str:
     """Read ``src`` and write it to ``dst`` (format ``to``, else from ``dst``'s
-    extension), tensors bit-exact; user metadata travels along. ``rename``
-    renames and drops entries on the way (as in ``load``). Returns the format
-    written. Raises UnsupportedError where the target cannot hold something
-    (the CLI's ``--drop-unsupported`` is not offered here)."""
-    if rename is not None:
-        return _ckpt.convert_renamed(_path(src), _path(dst), to or "", extras, rename_steps(rename))
-    return _ckpt.convert(_path(src), _path(dst), to or "", extras)
+    extension: one that names no format is a ValueError), tensors bit-exact;
+    user metadata travels along where the target keeps it. ``rename`` renames
+    and drops entries on the way (as in ``load``). A target that holds tensors
+    only (npz, or ``extras=False``) gets the tensors under their dotted names;
+    non-tensor values it cannot hold raise UnsupportedError, unless
+    ``drop_unsupported=True`` leaves them behind. This is ``ckpt convert``'s
+    own conversion. Returns the format written."""
+    return _ckpt.convert(_path(src), _path(dst), to=to or "", extras=extras, rename=rename_steps(rename),
+                         drop_unsupported=drop_unsupported)
 
 
 def inspect(path: PathLike) -> Dict[str, Any]:
     """What ``ckpt inspect --json`` prints, as a dict: path, format,
     format_version, checksum, tensors (name, dtype, shape, nbytes, offset,
-    checksum), values (non-tensor leaves), metadata, total_nbytes."""
-    with open(path) as f:
-        tensors = []
-        total = 0
-        for name in f.keys():
-            info = f.info(name)
-            total += info["nbytes"]
-            tensors.append({"name": name, "dtype": info["dtype"], "shape": list(info["shape"]),
-                            "nbytes": info["nbytes"], "offset": info["offset"], "checksum": info["checksum"]})
-        kind = f._handle.checksum_kind()
-        return {"path": _path(path), "format": f.format, "format_version": f._handle.format_version(),
-                "checksum": None if kind == "none" else kind, "tensors": tensors, "values": f.values(),
-                "metadata": f.metadata, "total_nbytes": total}
+    checksum; tied tensors stored once are listed once), values (non-tensor
+    leaves), metadata, total_nbytes."""
+    return _ckpt.describe(_path(path))
 
 
 def verify(path: PathLike) -> Dict[str, Any]:
     """Validate ``path`` completely, every stored checksum included. Returns
-    ``{"tensors", "nbytes", "checksum"}``; raises CorruptCheckpointError
-    naming the first defect."""
-    with Checkpoint(path, verify=True) as f:
-        kind = f._handle.checksum_kind()
-        return {"tensors": len(f), "nbytes": sum(f.info(n)["nbytes"] for n in f.keys()),
-                "checksum": None if kind == "none" else kind}
+    ``{"tensors", "nbytes", "checksum"}`` (stored tensors, as ``ckpt verify``
+    counts them); raises CorruptCheckpointError naming the first defect."""
+    described = _ckpt.describe(_path(path), verify=True)
+    return {"tensors": len(described["tensors"]), "nbytes": described["total_nbytes"],
+            "checksum": described["checksum"]}
 
 
 def diff(a: PathLike, b: PathLike, *, atol: float = 0.0) -> Dict[str, Any]:
     """Compare two checkpoints (any formats) by leaf name: what ``ckpt diff
     --json`` prints, as a dict; ``result["identical"]`` says whether they
     agree (within ``atol``)."""
-    result = _ckpt.diff(_path(a), _path(b), float(atol))
-    result["a"], result["b"] = _path(a), _path(b)
-    return result
+    return _ckpt.diff(_path(a), _path(b), float(atol))
 
 
 def formats() -> List[Dict[str, Any]]:
-    """The registered formats: id, description, extensions, read, write, tree, checksums."""
+    """The registered formats, as ``ckpt formats --json`` lists them: id,
+    description, extensions, read, write, nested_tree, checksums,
+    single_tensor, metadata, shards, dtypes."""
     return _ckpt.formats()

@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/cli.h"
 #include "ckpt/diff.h"
+#include "ckpt/document.h"
 #include "ckpt/error.h"
-#include "ckpt/registry.h"
+#include "ckpt/memory.h"
 #include "core/checksum.h"
-#include "../../tools/ckpt/commands.h"
-#include "formats/safetensors/reader.h"
 #include "restore_bindings.h"
 #include "safetensors_bindings.h"
 #include "values.h"
@@ -223,50 +223,6 @@ Contents open_contents(const std::string& path, bool lazy, bool verify, unsigned
   return ckpt::open(path, {.verify = verify, .lazy = lazy, .threads = threads});
 }
 
-// ---------------------------------------------------------------- diff
-
-py::dict diff_out(const DiffReport& report, double atol) {
-  py::dict out;
-  out["identical"] = report.identical();
-  out["atol"] = atol;
-  out["compared"] = report.compared;
-  out["only_in_a"] = report.only_in_a;
-  out["only_in_b"] = report.only_in_b;
-  py::list kinds;
-  for (const KindMismatch& m : report.kind_mismatched) {
-    kinds.append(py::dict(py::arg("name") = m.name, py::arg("a") = std::string(tree_kind_name(m.a)),
-                          py::arg("b") = std::string(tree_kind_name(m.b))));
-  }
-  out["kind_mismatched"] = kinds;
-  py::list dtypes;
-  for (const DTypeMismatch& m : report.dtype_mismatched) {
-    dtypes.append(py::dict(py::arg("name") = m.name, py::arg("a") = std::string(dtype_name(m.a)),
-                           py::arg("b") = std::string(dtype_name(m.b))));
-  }
-  out["dtype_mismatched"] = dtypes;
-  py::list shapes;
-  for (const ShapeMismatch& m : report.shape_mismatched) {
-    shapes.append(py::dict(py::arg("name") = m.name, py::arg("a") = py::tuple(py::cast(m.a)),
-                           py::arg("b") = py::tuple(py::cast(m.b))));
-  }
-  out["shape_mismatched"] = shapes;
-  py::list values;
-  for (const TensorDifference& d : report.value_differences) {
-    values.append(py::dict(py::arg("name") = d.name, py::arg("dtype") = std::string(dtype_name(d.dtype)),
-                           py::arg("max_abs_diff") = d.max_abs_diff,
-                           py::arg("differing_elements") = d.differing_elements, py::arg("numel") = d.numel));
-  }
-  out["value_differences"] = values;
-  py::list leaves;
-  for (const LeafDifference& d : report.leaf_differences) {
-    leaves.append(py::dict(py::arg("name") = d.name, py::arg("a") = value_out(d.a, Framework::kNumpy),
-                           py::arg("b") = value_out(d.b, Framework::kNumpy)));
-  }
-  out["leaf_differences"] = leaves;
-  out["within_tolerance"] = report.within_tolerance;
-  return out;
-}
-
 }  // namespace
 }  // namespace ckpt::python
 
@@ -288,6 +244,7 @@ PYBIND11_MODULE(_ckpt, m) {
     error_classes() = {std::move(corrupt), std::move(unsupported), std::move(mismatch)};
   });
 
+  // Keyword arguments after the state, as ckpt.save takes them (SaveOptions).
   m.def(
       "save",
       [](const std::string& path, py::handle state, const std::string& format, py::object metadata, bool extras,
@@ -306,7 +263,7 @@ PYBIND11_MODULE(_ckpt, m) {
         }
         // `tree` (and the arrays it borrows) is released here, with the GIL held.
       },
-      py::arg("path"), py::arg("state"), py::arg("format") = "", py::arg("metadata") = py::none(),
+      py::arg("path"), py::arg("state"), py::kw_only(), py::arg("format") = "", py::arg("metadata") = py::none(),
       py::arg("extras") = true, py::arg("checksum") = "xxh3", py::arg("fsync") = true, py::arg("threads") = 0,
       py::arg("max_shard_bytes") = 0);
 
@@ -317,8 +274,8 @@ PYBIND11_MODULE(_ckpt, m) {
         const Contents contents = open_contents(path, lazy, verify, threads);
         return value_out(contents.tree, fw);
       },
-      py::arg("path"), py::arg("framework") = "numpy", py::arg("lazy") = true, py::arg("verify") = false,
-      py::arg("threads") = 0);
+      py::arg("path"), py::kw_only(), py::arg("framework") = "numpy", py::arg("lazy") = true,
+      py::arg("verify") = false, py::arg("threads") = 0);
 
   py::class_<Handle>(m, "Handle")
       .def("keys", &Handle::keys)
@@ -342,7 +299,8 @@ PYBIND11_MODULE(_ckpt, m) {
         const Framework fw = framework_from(framework);
         return Handle(open_contents(path, lazy, verify, 0), fw);
       },
-      py::arg("path"), py::arg("framework") = "numpy", py::arg("verify") = false, py::arg("lazy") = true);
+      py::arg("path"), py::kw_only(), py::arg("framework") = "numpy", py::arg("verify") = false,
+      py::arg("lazy") = true);
 
   // A safetensors file held in memory (bytes, bytearray, mmap: anything with
   // the buffer protocol) as a handle whose tensors view that memory, which
@@ -363,49 +321,37 @@ PYBIND11_MODULE(_ckpt, m) {
         Contents contents;
         {
           py::gil_scoped_release release;
-          contents = safetensors_detail::read_bytes(buffer, label, {});
+          contents = ckpt::open_bytes(buffer, label);
         }
         return Handle(std::move(contents), fw);
       },
       py::arg("data"), py::arg("framework") = "numpy", py::arg("label") = "<bytes>");
 
+  // What `ckpt inspect --json` prints (document.h contents_document); with
+  // `verify`, after full validation (what `ckpt verify` checks).
   m.def(
-      "convert",
-      [](const std::string& src, const std::string& dst, const std::string& to, bool extras) {
-        py::gil_scoped_release release;
-        ckpt::convert(src, dst, {.format = to, .extras = extras});
-        return std::string(ckpt::detect(dst).id());
+      "describe",
+      [](const std::string& path, bool verify) {
+        const Contents contents = open_contents(path, true, verify, 0);
+        return value_out(contents_document(path, contents), Framework::kNumpy);
       },
-      py::arg("src"), py::arg("dst"), py::arg("to") = "", py::arg("extras") = true);
+      py::arg("path"), py::arg("verify") = false);
 
   m.def(
       "diff",
       [](const std::string& a, const std::string& b, double atol) {
-        DiffReport report;
+        Tree document;
         {
           py::gil_scoped_release release;
           const Tree tree_a = ckpt::load(a);
           const Tree tree_b = ckpt::load(b);
-          report = ckpt::diff(tree_a, tree_b, {.atol = atol});
+          document = diff_document(ckpt::diff(tree_a, tree_b, {.atol = atol}), a, b, atol);
         }
-        return diff_out(report, atol);
+        return value_out(document, Framework::kNumpy);
       },
       py::arg("a"), py::arg("b"), py::arg("atol") = 0.0);
 
-  m.def("formats", [] {
-    py::list out;
-    for (const Format* format : formats()) {
-      const FormatCapabilities caps = format->capabilities();
-      const std::vector<std::string_view> views = format->extensions();
-      std::vector<std::string> extensions(views.begin(), views.end());
-      out.append(py::dict(py::arg("id") = std::string(format->id()),
-                          py::arg("description") = std::string(format->description()),
-                          py::arg("extensions") = extensions, py::arg("read") = caps.read,
-                          py::arg("write") = caps.write, py::arg("tree") = caps.nested_tree,
-                          py::arg("checksums") = caps.checksums, py::arg("metadata") = caps.metadata));
-    }
-    return out;
-  });
+  m.def("formats", [] { return value_out(formats_document().at("formats"), Framework::kNumpy); });
 
   m.def(
       "cli",
@@ -415,7 +361,7 @@ PYBIND11_MODULE(_ckpt, m) {
         for (std::string& arg : copies) pointers.push_back(arg.data());
         pointers.push_back(nullptr);
         py::gil_scoped_release release;
-        return ckpt::tool::cli_main(static_cast<int>(copies.size()), pointers.data());
+        return ckpt::cli_main(static_cast<int>(copies.size()), pointers.data());
       },
       py::arg("argv"));
 

@@ -1,4 +1,4 @@
-// _ckpt.restore, _ckpt.transform and the renaming load/convert: restore.h and
+// _ckpt.restore, the renaming load and convert: restore.h and
 // transform.h for the Python package. The structure of Python targets
 // (dataclasses, NamedTuples, modules) is handled in python/ckpt/_restore.py;
 // this side sees plain nests of dicts, lists and leaves.
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/registry.h"
+#include "ckpt/convert.h"
 #include "ckpt/restore.h"
 #include "values.h"
 
@@ -174,22 +174,23 @@ void bind_restore(py::module_& m) {
         }
         return value_out(tree, fw);
       },
-      py::arg("path"), py::arg("rename"), py::arg("framework") = "numpy", py::arg("lazy") = true,
+      py::arg("path"), py::arg("rename"), py::kw_only(), py::arg("framework") = "numpy", py::arg("lazy") = true,
       py::arg("verify") = false, py::arg("threads") = 0);
 
+  // ckpt::convert (convert.h), as `ckpt convert` runs it; returns the
+  // format id written.
   m.def(
-      "convert_renamed",
-      [](const std::string& src, const std::string& dst, const std::string& to, bool extras, py::object rename) {
-        const Transforms transforms = transforms_in(rename);
+      "convert",
+      [](const std::string& src, const std::string& dst, const std::string& to, bool extras, py::object rename,
+         bool drop_unsupported) {
+        ConvertOptions options{.save = {.format = to, .extras = extras},
+                               .rename = transforms_in(rename),
+                               .drop_unsupported = drop_unsupported};
         py::gil_scoped_release release;
-        Contents contents = ckpt::open(src);
-        SaveOptions options{.format = to, .extras = extras};
-        const Format* format = to.empty() ? format_for_extension(dst) : &format_by_id(to);
-        if (format == nullptr || format->capabilities().metadata) options.metadata = contents.metadata;
-        ckpt::save(dst, transforms.apply(contents.tree), options);
-        return std::string(ckpt::detect(dst).id());
+        return ckpt::convert(src, dst, options).target_format;
       },
-      py::arg("src"), py::arg("dst"), py::arg("to") = "", py::arg("extras") = true, py::arg("rename") = py::none());
+      py::arg("src"), py::arg("dst"), py::kw_only(), py::arg("to") = "", py::arg("extras") = true,
+      py::arg("rename") = py::none(), py::arg("drop_unsupported") = false);
 }
 
 }  // namespace ckpt::python

@@ -11,7 +11,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/dtype.h"
 #include "ckpt/error.h"
-#include "formats/safetensors/writer.h"
+#include "ckpt/memory.h"
 #include "values.h"
 
 namespace ckpt::python {
@@ -83,10 +83,10 @@ void bind_safetensors(py::module_& m) {
         const SaveOptions options = plain_options(metadata, fsync);
         if (path) {
           py::gil_scoped_release release;
-          safetensors_detail::PlannedFile(tree, options).write_file(*path);
+          PlannedFile(tree, options).write_file(*path);
           return py::none();
         }
-        const safetensors_detail::PlannedFile plan(tree, options);
+        const PlannedFile plan(tree, options);
         PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<py::ssize_t>(plan.size()));
         if (bytes == nullptr) throw py::error_already_set();
         py::object result = py::reinterpret_steal<py::object>(bytes);

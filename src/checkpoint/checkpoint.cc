@@ -168,15 +168,4 @@ void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions
   });
 }
 
-void convert(const std::filesystem::path& src, const std::filesystem::path& dst, const SaveOptions& options) {
-  Contents contents = open(src);
-  SaveOptions target = options;
-  // User metadata travels along unless the caller gave its own, to formats
-  // that can hold it (npz and npy cannot: it is left behind).
-  if (target.metadata.empty() && format_for_save(dst, target).capabilities().metadata) {
-    target.metadata = contents.metadata;
-  }
-  save(dst, contents.tree, target);
-}
-
 }  // namespace ckpt

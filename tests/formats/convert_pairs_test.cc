@@ -5,6 +5,7 @@
 
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/convert.h"
 #include "ckpt/registry.h"
 #include "support/random_tensor.h"
 #include "support/temp_dir.h"
@@ -36,7 +37,7 @@ TEST_P(ConvertPairsTest, TensorsArriveBitExactUnderTheirNames) {
   const auto src = path_for(dir.path(), *from, "src");
   const auto dst = path_for(dir.path(), *to, "dst");
   save(src, tree, {.format = std::string(from->id())});
-  convert(src, dst, {.format = std::string(to->id())});
+  convert(src, dst, {.save = {.format = std::string(to->id())}});
   const Contents contents = open(dst);
   EXPECT_EQ(contents.format, to->id());
   const auto leaves = contents.tree.tensor_leaves();

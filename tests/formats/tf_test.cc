@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/convert.h"
 #include "ckpt/error.h"
 #include "formats/tf/index_table.h"
 #include "formats/tf/tf_format.h"
@@ -524,7 +525,7 @@ TEST_F(TfTest, SamplesWhoseLayoutIsTreeOrderAreRewrittenByteForByte) {
   for (const char* name : {"tf-regression-model", "tf-regression-savedmodel"}) {
     SCOPED_TRACE(name);
     const fs::path out = dir_ / name;
-    convert(sample_prefix(name), out, {.format = "tf", .extras = false});
+    convert(sample_prefix(name), out, {.save = {.format = "tf", .extras = false}});
     EXPECT_EQ(testing::read_file(tf_detail::index_path(out)),
               testing::read_file(tf_detail::index_path(sample_prefix(name))));
     EXPECT_EQ(testing::read_file(tf_detail::shard_path(out, 0, 1)),

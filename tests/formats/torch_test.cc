@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/convert.h"
 #include "core/strided.h"
 #include "formats/torch/pickle_reader.h"
 #include "formats/torch_test_builder.h"

@@ -598,8 +598,20 @@ def test_inspect_describes_the_file_as_the_cli_does(tmp_path):
     assert info["metadata"] == {} and info["total_nbytes"] == sum(a.nbytes for a in tensors.values())
     cli = json.loads(subprocess.run([CLI, "inspect", str(path), "--json"], capture_output=True, check=True).stdout)
     info["values"] = {k: json_value(v) for k, v in info["values"].items()}
-    info["tensors"] = [{k: v for k, v in t.items() if k != "checksum"} for t in info["tensors"]]
     assert info == cli
+
+
+def test_inspect_and_verify_count_a_tied_tensor_once_as_the_cli_does(tmp_path):
+    path, shared = tmp_path / "tied.safetensors", np.arange(12, dtype=np.float32).reshape(4, 3)
+    ckpt.save(path, {"embed": shared, "head": shared, "bias": np.ones(3, np.float16)})
+    with ckpt.open(path) as f:
+        assert sorted(f.keys()) == ["bias", "embed", "head"]  # the handle still names every tensor
+    info = ckpt.inspect(path)
+    assert [t["name"] for t in info["tensors"]] == ["embed", "bias"]
+    assert info["total_nbytes"] == shared.nbytes + 6
+    cli = json.loads(subprocess.run([CLI, "inspect", str(path), "--json"], capture_output=True, check=True).stdout)
+    assert info == cli
+    assert ckpt.verify(path) == {"tensors": 2, "nbytes": shared.nbytes + 6, "checksum": "xxh3"}
 
 
 @pytest.mark.parametrize("checksum", ["xxh3", "crc32c", "none", "torch.save"])
@@ -655,17 +667,38 @@ def test_diff(tmp_path):
     assert result["leaf_differences"] == [{"name": "epoch", "a": 3, "b": 4}]
     tolerant = ckpt.diff(tmp_path / "a.safetensors", tmp_path / "b.pt", atol=0.5)
     assert tolerant["within_tolerance"] == ["w"] and not tolerant["value_differences"]
+    cli = subprocess.run([CLI, "diff", str(tmp_path / "a.safetensors"), str(tmp_path / "b.pt"), "--json"],
+                         capture_output=True)
+    assert cli.returncode == 1 and json.loads(cli.stdout) == result
+
+
+def test_convert_is_the_cli_s_conversion(tmp_path):
+    state = {"model": {"w": np.arange(6, dtype=np.float32)}, "epoch": 3}
+    ckpt.save(tmp_path / "a.safetensors", state)
+    with pytest.raises(ValueError, match="cannot tell the target format"):
+        ckpt.convert(tmp_path / "a.safetensors", tmp_path / "a.weights")
+    assert ckpt.convert(tmp_path / "a.safetensors", tmp_path / "a.weights", "torch") == "torch"
+    assert ckpt.load(tmp_path / "a.weights")["epoch"] == 3
+    with pytest.raises(ckpt.UnsupportedError, match="'epoch'"):
+        ckpt.convert(tmp_path / "a.safetensors", tmp_path / "a.npz")
+    assert ckpt.convert(tmp_path / "a.safetensors", tmp_path / "a.npz", drop_unsupported=True) == "npz"
+    assert set(ckpt.load(tmp_path / "a.npz")) == {"model.w"}
 
 
 def test_formats():
     formats = {f["id"]: f for f in ckpt.formats()}
     assert {"safetensors", "torch", "npz", "npy"} <= set(formats)
     for f in formats.values():
-        assert set(f) == {"id", "description", "extensions", "read", "write", "tree", "checksums", "metadata"}
+        assert set(f) == {"id", "description", "extensions", "read", "write", "nested_tree", "checksums",
+                          "single_tensor", "metadata", "shards", "dtypes"}
         assert all(ext.startswith(".") for ext in f["extensions"]) and f["description"]
     assert ".safetensors" in formats["safetensors"]["extensions"] and ".pt" in formats["torch"]["extensions"]
-    assert formats["safetensors"]["tree"] is True and formats["npz"]["tree"] is False
+    assert formats["safetensors"]["nested_tree"] is True and formats["npz"]["nested_tree"] is False
     assert formats["torch"]["metadata"] is True and formats["npz"]["metadata"] is False
+    assert formats["tf"]["shards"] is True and formats["safetensors"]["shards"] is False
+    assert "bfloat16" in formats["safetensors"]["dtypes"] and "bfloat16" not in formats["npz"]["dtypes"]
+    cli = json.loads(subprocess.run([CLI, "formats", "--json"], capture_output=True, check=True).stdout)
+    assert cli["formats"] == ckpt.formats()
 
 
 # ---------------------------------------------------------------- errors

@@ -105,6 +105,11 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
+}  // namespace ckpt::tool
+
+namespace ckpt {
+
+using namespace ckpt::tool;
 
 int cli_main(int argc, char** argv) {
   // A closed pipe (`ckpt inspect x | head`) turns into a failed write, not a signal.
@@ -134,4 +139,4 @@ int cli_main(int argc, char** argv) {
   return code;
 }
 
-}  // namespace ckpt::tool
+}  // namespace ckpt

@@ -1,6 +1,7 @@
 #pragma once
-// The subcommands of the `ckpt` tool, one file each. main.cc builds the
-// CLI11 app from these and owns the single mapping from errors to exit codes:
+// The subcommands of the `ckpt` tool, one file each. cli.cc (cli_main,
+// ckpt/cli.h) builds the CLI11 app from these and owns the single mapping
+// from errors to exit codes:
 //   0  success (diff: the checkpoints are identical)
 //   1  a checkpoint is corrupt (verify, and any read), or diff found differences
 //   2  usage error, missing file, unsupported format, I/O error
@@ -14,14 +15,10 @@
 #include <string>
 #include <utility>
 
+#include "ckpt/cli.h"
 #include "ckpt/error.h"
 
 namespace ckpt::tool {
-
-// The whole command line: parses argv, runs the subcommand, prints errors as
-// one line on stderr and returns the exit code (never throws). Used by the
-// executable and by the Python package's `python3 -m ckpt`.
-int cli_main(int argc, char** argv);
 
 // Exit codes, as documented in docs/cli.md.
 inline constexpr int kExitOk = 0;

@@ -1,17 +1,12 @@
 // ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported]
 //              [--max-shard-size SIZE] [--rename OLD=NEW] [--rename-regex PATTERN=REPLACEMENT]
 //              [--rename-table FILE] [--drop GLOB] [--add-prefix P] [--strip-prefix P]:
-// rewrites a checkpoint in another format. Tensors are copied bit-exact (a
-// dtype the target lacks is an error, never a cast). The tree goes along
-// where the target can hold it; a tensors-only target (npz, or --no-extras: a
-// plain file) gets the tensors under their dotted names. Non-tensor values
-// that the target cannot hold are never lost silently: the conversion is
-// refused unless --drop-unsupported asks to leave them behind, and then the
-// summary names them. The naming options (ckpt::Transforms, each repeatable)
-// rename and drop leaves of the loaded tree before it is written, in the
-// order they appear on the command line. --max-shard-size splits a target
-// written in data shards (tf) into shards of at most SIZE bytes each
-// (SaveOptions::max_shard_bytes).
+// rewrites a checkpoint in another format: ckpt::convert (ckpt/convert.h),
+// which says what goes along and what is refused. Here: the options as
+// ConvertOptions, and the summary. The naming options (ckpt::Transforms,
+// each repeatable) apply in the order they appear on the command line.
+// --max-shard-size splits a target written in data shards (the shards
+// capability: tf) into shards of at most SIZE bytes each.
 
 #include <simdjson.h>
 
@@ -23,8 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/checkpoint.h"
-#include "ckpt/registry.h"
+#include "ckpt/convert.h"
 #include "ckpt/transform.h"
 #include "commands.h"
 #include "output.h"
@@ -129,120 +123,31 @@ Transforms naming_transforms(const ConvertArguments& arguments) {
   return transforms;
 }
 
-std::string known_format_ids() {
-  std::string ids;
-  for (const Format* format : formats()) {
-    if (!format->capabilities().write) continue;
-    if (!ids.empty()) ids += ", ";
-    ids += format->id();
-  }
-  return ids;
-}
-
-// The target format: --to, else the one DST's extension names. Unlike
-// ckpt::save, an extension that names no format is a usage error rather
-// than a silent safetensors file.
-const Format& target_format(const ConvertArguments& arguments) {
-  if (!arguments.to.empty()) return format_by_id(arguments.to);
-  if (const Format* format = format_for_extension(arguments.destination)) return *format;
-  throw Error(ErrorCode::kInvalidArgument,
-              "cannot tell the target format from the file name; use --to (one of: " +
-                  known_format_ids() + ")")
-      .with_path(arguments.destination);
-}
-
-// The formats whose writer splits a checkpoint into data shards
-// (SaveOptions::max_shard_bytes); --max-shard-size is refused for others.
-constexpr std::string_view kShardedFormats[] = {"tf"};
-
-// --max-shard-size as SaveOptions::max_shard_bytes. Throws
-// Error{kInvalidArgument} for 0 or a target that writes one file.
-uint64_t max_shard_bytes(const ConvertArguments& arguments, const Format& format) {
-  if (arguments.max_shard_size_option == nullptr || arguments.max_shard_size_option->count() == 0) return 0;
-  if (arguments.max_shard_size == 0) throw Error(ErrorCode::kInvalidArgument, "--max-shard-size must be at least 1 byte");
-  if (std::find(std::begin(kShardedFormats), std::end(kShardedFormats), format.id()) == std::end(kShardedFormats)) {
-    throw Error(ErrorCode::kInvalidArgument, "--max-shard-size applies to formats written in data shards (tf); '" +
-                                                 std::string(format.id()) + "' writes one file")
-        .with_path(arguments.destination);
-  }
-  return arguments.max_shard_size;
-}
-
-// The tensor leaves of `tree` as one flat map, name → tensor, for formats
-// that hold tensors only.
-Tree tensors_only(const Tree& tree) {
-  Tree flat = Tree::map();
-  for (const Tree::Leaf& leaf : tree.tensor_leaves()) flat.set(leaf.name, *leaf.value);
-  return flat;
-}
-
 int run_convert(const ConvertArguments& arguments) {
-  const Format& format =
-      naming_file(arguments.destination, [&]() -> const Format& { return target_format(arguments); });
-  if (!format.capabilities().write) {
-    throw Error(ErrorCode::kUnsupported,
-                "ckpt cannot write format '" + std::string(format.id()) + "'")
-        .with_path(arguments.destination);
+  if (arguments.max_shard_size_option != nullptr && arguments.max_shard_size_option->count() > 0 &&
+      arguments.max_shard_size == 0) {
+    throw Error(ErrorCode::kInvalidArgument, "--max-shard-size must be at least 1 byte");
   }
-  SaveOptions options;
-  options.format = std::string(format.id());
-  options.extras = !arguments.no_extras;
-  options.max_shard_bytes = max_shard_bytes(arguments, format);
-  const Transforms transforms = naming_transforms(arguments);
+  ConvertOptions options;
+  options.save.format = arguments.to;
+  options.save.extras = !arguments.no_extras;
+  options.save.max_shard_bytes = arguments.max_shard_size;
+  options.rename = naming_transforms(arguments);
+  options.drop_unsupported = arguments.drop_unsupported;
+  const ConvertReport report = convert(arguments.source, arguments.destination, options);
 
-  // Read errors name SRC, write errors DST. The write is atomic, so a
-  // failure leaves any earlier DST untouched.
-  const Contents contents = naming_file(arguments.source, [&] { return open(arguments.source); });
-  // The tree to write: SRC's, renamed and thinned by the naming options.
-  size_t renamed = 0, removed = 0;  // leaves (empty containers aside)
-  Tree transformed;
-  if (!transforms.empty()) {
-    transformed = naming_file(arguments.source, [&] {
-      for (const Tree::Leaf& leaf : contents.tree.leaves()) {
-        const std::optional<std::string> name = transforms.apply(leaf.name);
-        if (!name) ++removed;
-        if (name && *name != leaf.name) ++renamed;
-      }
-      return transforms.apply(contents.tree);
-    });
-  }
-  const Tree& tree = transforms.empty() ? contents.tree : transformed;
-  // Metadata goes along where the target keeps it (npz and npy do not).
-  if (format.capabilities().metadata) options.metadata = contents.metadata;
-  std::vector<std::string> dropped;
-  if (format.capabilities().nested_tree && options.extras) {
-    naming_file(arguments.destination, [&] { save(arguments.destination, tree, options); });
-  } else {
-    // A tensors-only target keeps every tensor under its dotted name and
-    // cannot keep the rest.
-    for (const Tree::Leaf& leaf : tree.leaves()) {
-      if (!leaf.value->is_tensor()) dropped.push_back(leaf.name);
-    }
-    if (!dropped.empty() && !arguments.drop_unsupported) {
-      throw Error(ErrorCode::kUnsupported,
-                  std::string(format.id()) + (options.extras ? "" : " without extras") + " holds tensors only; " +
-                      count_text(dropped.size(), "non-tensor value") + " (first: '" + dropped.front() +
-                      "') would be lost; pass --drop-unsupported to write the tensors alone")
-          .with_path(arguments.destination);
-    }
-    const Tree flat = tensors_only(tree);
-    naming_file(arguments.destination, [&] { save(arguments.destination, flat, options); });
-  }
-
-  uint64_t total = 0;
-  for (const EntryInfo& entry : contents.entries) total += entry.nbytes;
-  std::cout << "converted " << arguments.source << " (" << contents.format << ") -> "
-            << arguments.destination << " (" << format.id()
-            << "): " << count_text(contents.entries.size(), "tensor") << ", " << size_text(total);
-  if (!transforms.empty()) {
+  std::cout << "converted " << arguments.source << " (" << report.source_format << ") -> "
+            << arguments.destination << " (" << report.target_format
+            << "): " << count_text(report.tensors, "tensor") << ", " << size_text(report.nbytes);
+  if (!options.rename.empty()) {
     auto leaves = [](size_t count) { return std::to_string(count) + (count == 1 ? " leaf" : " leaves"); };
-    std::cout << "; renamed " << leaves(renamed) << ", dropped " << leaves(removed);
+    std::cout << "; renamed " << leaves(report.renamed) << ", dropped " << leaves(report.removed);
   }
   std::cout << '\n';
-  if (!dropped.empty()) {
-    std::cout << "dropped " << count_text(dropped.size(), "non-tensor value") << " (" << format.id()
-              << " holds tensors only):";
-    for (const std::string& name : dropped) std::cout << ' ' << name;
+  if (!report.dropped.empty()) {
+    std::cout << "dropped " << count_text(report.dropped.size(), "non-tensor value") << " ("
+              << report.target_format << " holds tensors only):";
+    for (const std::string& name : report.dropped) std::cout << ' ' << name;
     std::cout << '\n';
   }
   return kExitOk;

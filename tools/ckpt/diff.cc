@@ -11,8 +11,8 @@
 #include <string>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/document.h"
 #include "commands.h"
-#include "core/json_writer.h"
 #include "output.h"
 
 namespace ckpt::tool {
@@ -31,98 +31,6 @@ std::string number_text(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.6g", value);
   return text;
-}
-
-void write_names(detail::JsonWriter& json, std::string_view key,
-                 const std::vector<std::string>& names) {
-  json.key(key);
-  json.begin_array();
-  for (const std::string& name : names) json.string(name);
-  json.end_array();
-}
-
-// [{"name": ..., "a": text(a), "b": text(b)}, ...] under `key`.
-template <class Mismatch, class Text>
-void write_mismatches(detail::JsonWriter& json, std::string_view key, const std::vector<Mismatch>& mismatches,
-                      Text text) {
-  json.key(key);
-  json.begin_array();
-  for (const Mismatch& mismatch : mismatches) {
-    json.begin_object();
-    json.key("name");
-    json.string(mismatch.name);
-    json.key("a");
-    json.string(text(mismatch.a));
-    json.key("b");
-    json.string(text(mismatch.b));
-    json.end_object();
-  }
-  json.end_array();
-}
-
-void print_json(const DiffArguments& arguments, const DiffReport& report) {
-  detail::JsonWriter json;
-  json.begin_object();
-  json.key("identical");
-  json.boolean(report.identical());
-  json.key("a");
-  json.string(arguments.a);
-  json.key("b");
-  json.string(arguments.b);
-  json.key("atol");
-  json.real(arguments.atol);
-  json.key("compared");
-  json.unsigned_integer(report.compared);
-  write_names(json, "only_in_a", report.only_in_a);
-  write_names(json, "only_in_b", report.only_in_b);
-  write_mismatches(json, "kind_mismatched", report.kind_mismatched, tree_kind_name);
-  write_mismatches(json, "dtype_mismatched", report.dtype_mismatched, dtype_name);
-  json.key("shape_mismatched");
-  json.begin_array();
-  for (const ShapeMismatch& mismatch : report.shape_mismatched) {
-    json.begin_object();
-    json.key("name");
-    json.string(mismatch.name);
-    json.key("a");
-    write_shape_json(json, mismatch.a);
-    json.key("b");
-    write_shape_json(json, mismatch.b);
-    json.end_object();
-  }
-  json.end_array();
-  json.key("value_differences");
-  json.begin_array();
-  for (const TensorDifference& difference : report.value_differences) {
-    json.begin_object();
-    json.key("name");
-    json.string(difference.name);
-    json.key("dtype");
-    json.string(dtype_name(difference.dtype));
-    json.key("max_abs_diff");
-    json.real(difference.max_abs_diff);
-    json.key("differing_elements");
-    json.unsigned_integer(difference.differing_elements);
-    json.key("numel");
-    json.unsigned_integer(difference.numel);
-    json.end_object();
-  }
-  json.end_array();
-  json.key("leaf_differences");
-  json.begin_array();
-  for (const LeafDifference& difference : report.leaf_differences) {
-    json.begin_object();
-    json.key("name");
-    json.string(difference.name);
-    json.key("a");
-    write_leaf_json(json, difference.a);
-    json.key("b");
-    write_leaf_json(json, difference.b);
-    json.end_object();
-  }
-  json.end_array();
-  write_names(json, "within_tolerance", report.within_tolerance);
-  json.end_object();
-  std::cout << json.text() << '\n';
 }
 
 void print_section(std::string_view title, const Table& table, size_t count) {
@@ -206,7 +114,7 @@ int run_diff(const DiffArguments& arguments) {
   const Tree b = naming_file(arguments.b, [&] { return load(arguments.b); });
   const DiffReport report = diff(a, b, {.atol = arguments.atol});
   if (arguments.json) {
-    print_json(arguments, report);
+    std::cout << to_json(diff_document(report, arguments.a, arguments.b, arguments.atol)) << '\n';
   } else {
     print_text(arguments, report);
   }

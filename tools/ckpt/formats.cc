@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "ckpt/document.h"
 #include "ckpt/registry.h"
 #include "commands.h"
-#include "core/json_writer.h"
 #include "output.h"
 
 namespace ckpt::tool {
@@ -15,43 +15,6 @@ namespace {
 struct FormatsArguments {
   bool json = false;
 };
-
-void print_json() {
-  detail::JsonWriter json;
-  json.begin_object();
-  json.key("formats");
-  json.begin_array();
-  for (const Format* format : formats()) {
-    const FormatCapabilities capabilities = format->capabilities();
-    json.begin_object();
-    json.key("id");
-    json.string(format->id());
-    json.key("description");
-    json.string(format->description());
-    json.key("extensions");
-    json.begin_array();
-    for (std::string_view extension : format->extensions()) json.string(extension);
-    json.end_array();
-    json.key("read");
-    json.boolean(capabilities.read);
-    json.key("write");
-    json.boolean(capabilities.write);
-    json.key("nested_tree");
-    json.boolean(capabilities.nested_tree);
-    json.key("checksums");
-    json.boolean(capabilities.checksums);
-    json.key("single_tensor");
-    json.boolean(capabilities.single_tensor);
-    json.key("dtypes");
-    json.begin_array();
-    for (DType dtype : format->dtypes()) json.string(dtype_name(dtype));
-    json.end_array();
-    json.end_object();
-  }
-  json.end_array();
-  json.end_object();
-  std::cout << json.text() << '\n';
-}
 
 std::string_view yes_no(bool value) { return value ? "yes" : "no"; }
 
@@ -94,7 +57,7 @@ Command add_formats_command(CLI::App& app) {
   return {command,
           [arguments] {
             if (arguments->json) {
-              print_json();
+              std::cout << to_json(formats_document()) << '\n';
             } else {
               print_text();
             }

@@ -7,9 +7,8 @@
 #include <string>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/diff.h"
+#include "ckpt/document.h"
 #include "commands.h"
-#include "core/json_writer.h"
 #include "output.h"
 
 namespace ckpt::tool {
@@ -24,59 +23,6 @@ uint64_t total_nbytes(const Contents& contents) {
   uint64_t total = 0;
   for (const EntryInfo& entry : contents.entries) total += entry.nbytes;
   return total;
-}
-
-void print_json(const std::string& path, const Contents& contents) {
-  detail::JsonWriter json;
-  json.begin_object();
-  json.key("path");
-  json.string(path);
-  json.key("format");
-  json.string(contents.format);
-  json.key("format_version");
-  json.integer(contents.format_version);
-  json.key("checksum");
-  if (contents.checksum == ChecksumKind::kNone) {
-    json.null();
-  } else {
-    json.string(checksum_text(contents.checksum));
-  }
-  json.key("tensors");
-  json.begin_array();
-  for (const EntryInfo& entry : contents.entries) {
-    json.begin_object();
-    json.key("name");
-    json.string(entry.name);
-    json.key("dtype");
-    json.string(dtype_name(entry.dtype));
-    json.key("shape");
-    write_shape_json(json, entry.shape);
-    json.key("nbytes");
-    json.unsigned_integer(entry.nbytes);
-    json.key("offset");
-    json.unsigned_integer(entry.offset);
-    json.end_object();
-  }
-  json.end_array();
-  json.key("values");
-  json.begin_object();
-  for (const Tree::Leaf& leaf : contents.tree.leaves()) {
-    if (leaf.value->is_tensor()) continue;
-    json.key(leaf.name);
-    write_leaf_json(json, *leaf.value);
-  }
-  json.end_object();
-  json.key("metadata");
-  json.begin_object();
-  for (const auto& [key, value] : contents.metadata) {
-    json.key(key);
-    json.string(value);
-  }
-  json.end_object();
-  json.key("total_nbytes");
-  json.unsigned_integer(total_nbytes(contents));
-  json.end_object();
-  std::cout << json.text() << '\n';
 }
 
 void print_table(const std::string& path, const Contents& contents) {
@@ -144,7 +90,7 @@ Command add_inspect_command(CLI::App& app) {
             const Contents contents =
                 naming_file(arguments->path, [&] { return open(arguments->path); });
             if (arguments->json) {
-              print_json(arguments->path, contents);
+              std::cout << to_json(contents_document(arguments->path, contents)) << '\n';
             } else {
               print_table(arguments->path, contents);
             }

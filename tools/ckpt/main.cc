@@ -1,5 +1,5 @@
 // The `ckpt` executable: the CLI of cli.cc.
 
-#include "commands.h"
+#include "ckpt/cli.h"
 
-int main(int argc, char** argv) { return ckpt::tool::cli_main(argc, argv); }
+int main(int argc, char** argv) { return ckpt::cli_main(argc, argv); }

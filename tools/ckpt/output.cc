@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <ostream>
 
+#include "ckpt/document.h"
 #include "core/checksum.h"
-#include "formats/tree_json.h"
 
 namespace ckpt::tool {
 
@@ -33,40 +33,6 @@ std::string count_text(uint64_t count, std::string_view noun) {
 
 std::string_view checksum_text(ChecksumKind kind) { return detail::checksum_name(kind); }
 
-void write_shape_json(detail::JsonWriter& json, const Shape& shape) {
-  json.begin_array();
-  for (int64_t dim : shape) json.integer(dim);
-  json.end_array();
-}
-
-void write_leaf_json(detail::JsonWriter& json, const Tree& leaf) {
-  switch (leaf.kind()) {
-    case Tree::Kind::kBool: return json.boolean(leaf.boolean());
-    case Tree::Kind::kInt: return json.integer(leaf.integer());
-    case Tree::Kind::kFloat: return json.real(leaf.real());
-    case Tree::Kind::kString: return json.string(leaf.string());
-    case Tree::Kind::kBytes:
-      json.begin_object();
-      json.key("bytes_base64");
-      json.string(detail::base64_encode(leaf.bytes().data));
-      return json.end_object();
-    case Tree::Kind::kTensor:
-      json.begin_object();
-      json.key("tensor");
-      json.begin_object();
-      json.key("dtype");
-      json.string(dtype_name(leaf.tensor().dtype()));
-      json.key("shape");
-      write_shape_json(json, leaf.tensor().shape());
-      json.end_object();
-      return json.end_object();
-    case Tree::Kind::kNone:
-    case Tree::Kind::kMap:
-    case Tree::Kind::kList: return json.null();
-  }
-  json.null();
-}
-
 std::string leaf_text(const Tree& leaf) {
   if (leaf.kind() == Tree::Kind::kTensor) {
     return std::string(dtype_name(leaf.tensor().dtype())) + " " + shape_text(leaf.tensor().shape());
@@ -84,9 +50,7 @@ std::string leaf_text(const Tree& leaf) {
     if (data.size() > 16) text += "…";
     return text;
   }
-  detail::JsonWriter json;
-  write_leaf_json(json, leaf);
-  return json.take();
+  return to_json(leaf);
 }
 
 std::string one_line(std::string text) {

@@ -11,7 +11,6 @@
 #include "ckpt/format.h"
 #include "ckpt/tensor.h"
 #include "ckpt/tree.h"
-#include "core/json_writer.h"
 
 namespace ckpt::tool {
 
@@ -22,14 +21,7 @@ std::string count_text(uint64_t count, std::string_view noun);
 // "xxh3", "crc32c", or "none".
 std::string_view checksum_text(ChecksumKind kind);
 
-// The shape as a JSON array of integers.
-void write_shape_json(detail::JsonWriter& json, const Shape& shape);
-// A non-tensor leaf as JSON: null, true/false, an integer, a number (NaN and
-// infinities as the strings "nan", "inf", "-inf"), a string, or raw bytes as
-// {"bytes_base64": "..."}. A tensor leaf is written as
-// {"tensor": {"dtype": ..., "shape": [...]}}; containers as null.
-void write_leaf_json(detail::JsonWriter& json, const Tree& leaf);
-// A non-tensor leaf for people: as its JSON, except bytes as
+// A non-tensor leaf for people: as its JSON (ckpt/document.h to_json), except bytes as
 // "bytes[N] 0a1b2c…" (at most 16 shown) and tensors as "float32 [2, 3]".
 std::string leaf_text(const Tree& leaf);
 

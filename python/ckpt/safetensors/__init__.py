@@ -273,7 +273,7 @@ class safe_open:
         self._device = _device(self._framework, device)
         path = os.fsdecode(os.fspath(filename))
         try:
-            handle = _ckpt.open(path, "torch" if self._framework == "pt" else "numpy")
+            handle = _ckpt.open(path, framework="torch" if self._framework == "pt" else "numpy")
         except FileNotFoundError:
             raise FileNotFoundError(f"No such file or directory: {path}") from None
         except (CheckpointError, ValueError) as error:

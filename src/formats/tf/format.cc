@@ -25,7 +25,7 @@ class TfFormat final : public Format {
     // Any tree with extras (the skeleton in the header); without extras
     // nested maps of tensors, bytes and strings only.
     return {.read = true, .write = true, .nested_tree = true, .checksums = true, .single_tensor = false,
-            .metadata = false};
+            .metadata = false, .shards = true};
   }
   std::vector<DType> dtypes() const override {
     std::vector<DType> result;

@@ -1,0 +1,55 @@
+#pragma once
+// Documents: what ckpt reports about checkpoints (inspect, verify, diff, the
+// format list), each built once as a Tree of maps, lists and leaves, so that
+// the CLI prints it as JSON (to_json) and the Python package hands it over as
+// dicts and lists, with the same keys in the same order. A document is data,
+// not a checkpoint: it is never saved.
+
+#include <filesystem>
+#include <string>
+
+#include "ckpt/diff.h"
+#include "ckpt/format.h"
+#include "ckpt/tree.h"
+
+namespace ckpt {
+
+// What `contents` (as open() or verify() returned it for `path`) holds:
+//   {"path": str, "format": str, "format_version": int,
+//    "checksum": "xxh3" | "crc32c" | "crc32" | none,
+//    "tensors": [{"name", "dtype", "shape": [int...], "nbytes", "offset",
+//                 "checksum": hex str | none}...],   // stored entries, file order
+//    "values": {name: leaf...},                        // the non-tensor leaves
+//    "metadata": {key: str...},
+//    "total_nbytes": int}                              // sum over "tensors"
+// Tied tensors stored once are listed (and counted) once, under the stored
+// name; the names that share them are in the tree, not in "tensors".
+Tree contents_document(const std::filesystem::path& path, const Contents& contents);
+
+// What diff() found between the checkpoints `a` and `b`, compared with `atol`:
+//   {"identical": bool, "a": str, "b": str, "atol": float, "compared": int,
+//    "only_in_a": [name...], "only_in_b": [name...],
+//    "kind_mismatched": [{"name", "a": kind, "b": kind}...],
+//    "dtype_mismatched": [{"name", "a": dtype, "b": dtype}...],
+//    "shape_mismatched": [{"name", "a": [int...], "b": [int...]}...],
+//    "value_differences": [{"name", "dtype", "max_abs_diff", "differing_elements", "numel"}...],
+//    "leaf_differences": [{"name", "a": leaf, "b": leaf}...],
+//    "within_tolerance": [name...]}
+Tree diff_document(const DiffReport& report, const std::filesystem::path& a, const std::filesystem::path& b,
+                   double atol);
+
+// The registered formats, in detection order:
+//   {"formats": [{"id", "description", "extensions": [str...], "read", "write",
+//                 "nested_tree", "checksums", "single_tensor", "metadata", "shards",
+//                 "dtypes": [str...]}...]}
+// (the booleans are FormatCapabilities' fields).
+Tree formats_document();
+
+// `document` as compact JSON text (core/json_writer.h's style): maps as
+// objects (integer keys in decimal), lists as arrays, and leaves as JSON
+// values: none as null, floats as numbers except NaN and the infinities as
+// the strings "nan", "inf", "-inf", bytes as {"bytes_base64": "<base64>"},
+// a tensor as {"tensor": {"dtype": str, "shape": [int...]}} (never its bytes).
+std::string to_json(const Tree& document);
+
+}  // namespace ckpt

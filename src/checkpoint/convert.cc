@@ -1,0 +1,133 @@
+// convert (include/ckpt/convert.h): the one conversion that the CLI, the
+// Python package and programs share.
+
+#include "ckpt/convert.h"
+
+#include <string>
+#include <utility>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/error.h"
+#include "ckpt/registry.h"
+
+namespace ckpt {
+namespace {
+
+// Runs `body`, adding `path` to any ckpt::Error that names no file yet.
+template <class Body>
+decltype(auto) naming(const std::filesystem::path& path, Body&& body) {
+  try {
+    return std::forward<Body>(body)();
+  } catch (Error& error) {
+    error.with_path(path);
+    throw;
+  }
+}
+
+std::string writable_format_ids() {
+  std::string ids;
+  for (const Format* format : formats()) {
+    if (!format->capabilities().write) continue;
+    if (!ids.empty()) ids += ", ";
+    ids += format->id();
+  }
+  return ids;
+}
+
+// options.save.format, else the one `dst`'s extension names; checked
+// against what the options ask of it.
+const Format& target_format(const std::filesystem::path& dst, const ConvertOptions& options) {
+  const Format* format = nullptr;
+  if (!options.save.format.empty()) {
+    format = &naming(dst, [&]() -> const Format& { return format_by_id(options.save.format); });
+  } else {
+    format = format_for_extension(dst);
+  }
+  if (format == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot tell the target format from the file name; name it (--to, to=): one of " +
+                    writable_format_ids())
+        .with_path(dst);
+  }
+  if (!format->capabilities().write) {
+    throw Error(ErrorCode::kUnsupported, "ckpt cannot write format '" + std::string(format->id()) + "'")
+        .with_path(dst);
+  }
+  if (options.save.max_shard_bytes > 0 && !format->capabilities().shards) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "a maximum shard size (--max-shard-size, max_shard_bytes) applies to formats written in data "
+                "shards; '" + std::string(format->id()) + "' writes one file")
+        .with_path(dst);
+  }
+  return *format;
+}
+
+std::string count_of(size_t count, std::string_view noun) {
+  return std::to_string(count) + " " + std::string(noun) + (count == 1 ? "" : "s");
+}
+
+}  // namespace
+
+ConvertReport convert(const std::filesystem::path& src, const std::filesystem::path& dst,
+                      const ConvertOptions& options) {
+  const Format& format = target_format(dst, options);
+  SaveOptions save = options.save;
+  save.format = std::string(format.id());
+
+  const Contents contents = naming(src, [&] { return open(src); });
+  ConvertReport report;
+  report.source_format = contents.format;
+  report.target_format = save.format;
+  report.tensors = contents.entries.size();
+  for (const EntryInfo& entry : contents.entries) report.nbytes += entry.nbytes;
+
+  // The tree to write: the source's, renamed and thinned by the transforms.
+  Tree transformed;
+  if (!options.rename.empty()) {
+    transformed = naming(src, [&] {
+      for (const Tree::Leaf& leaf : contents.tree.leaves()) {
+        const std::optional<std::string> name = options.rename.apply(leaf.name);
+        if (!name) ++report.removed;
+        if (name && *name != leaf.name) ++report.renamed;
+      }
+      return options.rename.apply(contents.tree);
+    });
+  }
+  const Tree& tree = options.rename.empty() ? contents.tree : transformed;
+  if (save.metadata.empty() && format.capabilities().metadata) save.metadata = contents.metadata;
+
+  // The target's writer knows what it holds (a TF bundle without extras
+  // keeps strings and bytes; torch and flax files keep everything). What
+  // keeps ckpt's tree is written as is, errors and all.
+  const bool keeps_tree = format.capabilities().nested_tree && save.extras;
+  std::string refusal;
+  try {
+    naming(dst, [&] { ckpt::save(dst, tree, save); });
+    return report;
+  } catch (const Error& error) {
+    if (keeps_tree || error.code() != ErrorCode::kUnsupported) throw;
+    refusal = error.message();
+  }
+  // It does not hold the tree: the tensors alone, under their dotted names.
+  // Non-tensor values are never lost silently.
+  Tree flat = Tree::map();
+  for (const Tree::Leaf& leaf : tree.leaves()) {
+    if (leaf.value->is_tensor()) {
+      flat.set(leaf.name, *leaf.value);
+    } else {
+      report.dropped.push_back(leaf.name);
+    }
+  }
+  if (!report.dropped.empty() && !options.drop_unsupported) {
+    throw Error(ErrorCode::kUnsupported,
+                save.format + (save.extras ? "" : " without extras") + " cannot hold " +
+                    count_of(report.dropped.size(), "non-tensor value") + " (first: '" + report.dropped.front() +
+                    "': " + refusal + "); they would be lost: ask to drop unsupported values (--drop-unsupported, "
+                    "drop_unsupported=True) to write the tensors alone")
+        .with_path(dst);
+  }
+  naming(dst, [&] { ckpt::save(dst, flat, save); });
+  return report;
+}
+
+}  // namespace ckpt

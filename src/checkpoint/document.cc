@@ -1,0 +1,174 @@
+// Documents (include/ckpt/document.h): the reports of inspect, verify, diff
+// and the format list as trees, and their JSON text.
+
+#include "ckpt/document.h"
+
+#include <string>
+#include <vector>
+
+#include "ckpt/registry.h"
+#include "core/checksum.h"
+#include "core/json_writer.h"
+#include "formats/tree_json.h"
+
+namespace ckpt {
+namespace {
+
+Tree names_list(const std::vector<std::string>& names) {
+  Tree list = Tree::list();
+  list.reserve(names.size());
+  for (const std::string& name : names) list.push_back(name);
+  return list;
+}
+
+Tree shape_list(const Shape& shape) {
+  Tree list = Tree::list();
+  list.reserve(shape.size());
+  for (int64_t dim : shape) list.push_back(dim);
+  return list;
+}
+
+Tree text_or_none(std::string_view text) { return text.empty() ? Tree() : Tree(std::string(text)); }
+
+// [{"name": ..., "a": text(a), "b": text(b)}...]
+template <class Mismatch, class Text>
+Tree mismatches(const std::vector<Mismatch>& list, Text text) {
+  Tree out = Tree::list();
+  for (const Mismatch& mismatch : list) {
+    Tree& item = out.push_back(Tree::map());
+    item.set("name", mismatch.name);
+    item.set("a", text(mismatch.a));
+    item.set("b", text(mismatch.b));
+  }
+  return out;
+}
+
+void write_json(detail::JsonWriter& json, const Tree& node) {
+  switch (node.kind()) {
+    case Tree::Kind::kNone: return json.null();
+    case Tree::Kind::kBool: return json.boolean(node.boolean());
+    case Tree::Kind::kInt: return json.integer(node.integer());
+    case Tree::Kind::kFloat: return json.real(node.real());
+    case Tree::Kind::kString: return json.string(node.string());
+    case Tree::Kind::kBytes:
+      json.begin_object();
+      json.key("bytes_base64");
+      json.string(detail::base64_encode(node.bytes().data));
+      return json.end_object();
+    case Tree::Kind::kTensor:
+      json.begin_object();
+      json.key("tensor");
+      json.begin_object();
+      json.key("dtype");
+      json.string(dtype_name(node.tensor().dtype()));
+      json.key("shape");
+      write_json(json, shape_list(node.tensor().shape()));
+      json.end_object();
+      return json.end_object();
+    case Tree::Kind::kMap:
+      json.begin_object();
+      for (const TreeEntry& entry : node.entries()) {
+        json.key(key_to_string(entry.key));
+        write_json(json, entry.value);
+      }
+      return json.end_object();
+    case Tree::Kind::kList:
+      json.begin_array();
+      for (const TreeEntry& entry : node.entries()) write_json(json, entry.value);
+      return json.end_array();
+  }
+}
+
+}  // namespace
+
+Tree contents_document(const std::filesystem::path& path, const Contents& contents) {
+  Tree document = Tree::map();
+  document.set("path", path.string());
+  document.set("format", contents.format);
+  document.set("format_version", contents.format_version);
+  document.set("checksum", contents.checksum == ChecksumKind::kNone
+                               ? Tree()
+                               : Tree(std::string(detail::checksum_name(contents.checksum))));
+  Tree& tensors = document.set("tensors", Tree::list());
+  tensors.reserve(contents.entries.size());
+  uint64_t total = 0;
+  for (const EntryInfo& entry : contents.entries) {
+    Tree& item = tensors.push_back(Tree::map());
+    item.set("name", entry.name);
+    item.set("dtype", std::string(dtype_name(entry.dtype)));
+    item.set("shape", shape_list(entry.shape));
+    item.set("nbytes", static_cast<int64_t>(entry.nbytes));
+    item.set("offset", static_cast<int64_t>(entry.offset));
+    item.set("checksum", text_or_none(entry.checksum));
+    total += entry.nbytes;
+  }
+  Tree& values = document.set("values", Tree::map());
+  for (const Tree::Leaf& leaf : contents.tree.leaves()) {
+    if (!leaf.value->is_tensor()) values.set(leaf.name, *leaf.value);
+  }
+  Tree& metadata = document.set("metadata", Tree::map());
+  for (const auto& [key, value] : contents.metadata) metadata.set(key, value);
+  document.set("total_nbytes", static_cast<int64_t>(total));
+  return document;
+}
+
+Tree diff_document(const DiffReport& report, const std::filesystem::path& a, const std::filesystem::path& b,
+                   double atol) {
+  auto kind_text = [](Tree::Kind kind) { return Tree(std::string(tree_kind_name(kind))); };
+  auto dtype_text = [](DType dtype) { return Tree(std::string(dtype_name(dtype))); };
+  Tree document = Tree::map();
+  document.set("identical", report.identical());
+  document.set("a", a.string());
+  document.set("b", b.string());
+  document.set("atol", atol);
+  document.set("compared", static_cast<int64_t>(report.compared));
+  document.set("only_in_a", names_list(report.only_in_a));
+  document.set("only_in_b", names_list(report.only_in_b));
+  document.set("kind_mismatched", mismatches(report.kind_mismatched, kind_text));
+  document.set("dtype_mismatched", mismatches(report.dtype_mismatched, dtype_text));
+  document.set("shape_mismatched", mismatches(report.shape_mismatched, shape_list));
+  Tree& values = document.set("value_differences", Tree::list());
+  for (const TensorDifference& difference : report.value_differences) {
+    Tree& item = values.push_back(Tree::map());
+    item.set("name", difference.name);
+    item.set("dtype", std::string(dtype_name(difference.dtype)));
+    item.set("max_abs_diff", difference.max_abs_diff);
+    item.set("differing_elements", static_cast<int64_t>(difference.differing_elements));
+    item.set("numel", static_cast<int64_t>(difference.numel));
+  }
+  document.set("leaf_differences", mismatches(report.leaf_differences, [](const Tree& leaf) { return leaf; }));
+  document.set("within_tolerance", names_list(report.within_tolerance));
+  return document;
+}
+
+Tree formats_document() {
+  Tree list = Tree::list();
+  for (const Format* format : formats()) {
+    const FormatCapabilities capabilities = format->capabilities();
+    Tree& item = list.push_back(Tree::map());
+    item.set("id", std::string(format->id()));
+    item.set("description", std::string(format->description()));
+    Tree& extensions = item.set("extensions", Tree::list());
+    for (std::string_view extension : format->extensions()) extensions.push_back(std::string(extension));
+    item.set("read", capabilities.read);
+    item.set("write", capabilities.write);
+    item.set("nested_tree", capabilities.nested_tree);
+    item.set("checksums", capabilities.checksums);
+    item.set("single_tensor", capabilities.single_tensor);
+    item.set("metadata", capabilities.metadata);
+    item.set("shards", capabilities.shards);
+    Tree& dtypes = item.set("dtypes", Tree::list());
+    for (DType dtype : format->dtypes()) dtypes.push_back(std::string(dtype_name(dtype)));
+  }
+  Tree document = Tree::map();
+  document.set("formats", std::move(list));
+  return document;
+}
+
+std::string to_json(const Tree& document) {
+  detail::JsonWriter json;
+  write_json(json, document);
+  return json.take();
+}
+
+}  // namespace ckpt
