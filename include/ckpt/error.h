@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace ckpt {
 
@@ -58,5 +59,18 @@ class Error : public std::exception {
   ErrorContext context_;
   std::string what_;
 };
+
+// Runs `body` and returns what it returns; a ckpt::Error escaping it gets
+// `path` as its file where it names none yet (Error::with_path), so that
+// every error says which file it is about.
+template <class Body>
+decltype(auto) naming_file(const std::filesystem::path& path, Body&& body) {
+  try {
+    return std::forward<Body>(body)();
+  } catch (Error& error) {
+    error.with_path(path);
+    throw;
+  }
+}
 
 }  // namespace ckpt

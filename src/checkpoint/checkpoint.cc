@@ -44,17 +44,6 @@ void require_dtypes(const Format& format, const Tree& tree) {
   }
 }
 
-// Runs `body`, adding `path` to any ckpt::Error that lacks it.
-template <class Body>
-auto with_path(const std::filesystem::path& path, Body body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (Error& error) {
-    error.with_path(path);
-    throw;
-  }
-}
-
 // Read in pieces of this size, spread over the threads.
 constexpr size_t kReadChunk = size_t{8} << 20;
 
@@ -115,7 +104,7 @@ void materialize(Tree& tree, unsigned threads) {
 }
 
 const Format& detect(const std::filesystem::path& path) {
-  return with_path(path, [&]() -> const Format& {
+  return naming_file(path, [&]() -> const Format& {
     // Checkpoints that are a prefix or a directory rather than one file.
     for (const Format* format : formats()) {
       if (format->capabilities().read && format->detect_path(path)) return *format;
@@ -138,7 +127,7 @@ const Format& detect(const std::filesystem::path& path) {
 }
 
 Contents open(const std::filesystem::path& path, const LoadOptions& options) {
-  return with_path(path, [&] {
+  return naming_file(path, [&] {
     const Format& format = options.format.empty() ? detect(path) : format_by_id(options.format);
     Contents contents = format.read(path, options);
     if (!options.lazy) materialize(contents.tree, options.threads);
@@ -155,7 +144,7 @@ Contents verify(const std::filesystem::path& path) {
 }
 
 void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
-  with_path(path, [&] {
+  naming_file(path, [&] {
     const Format& format = format_for_save(path, options);
     require_writable(format, path);
     if (!options.metadata.empty() && !format.capabilities().metadata) {

@@ -4,7 +4,6 @@
 #include "ckpt/convert.h"
 
 #include <string>
-#include <utility>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
@@ -12,17 +11,6 @@
 
 namespace ckpt {
 namespace {
-
-// Runs `body`, adding `path` to any ckpt::Error that names no file yet.
-template <class Body>
-decltype(auto) naming(const std::filesystem::path& path, Body&& body) {
-  try {
-    return std::forward<Body>(body)();
-  } catch (Error& error) {
-    error.with_path(path);
-    throw;
-  }
-}
 
 std::string writable_format_ids() {
   std::string ids;
@@ -39,7 +27,7 @@ std::string writable_format_ids() {
 const Format& target_format(const std::filesystem::path& dst, const ConvertOptions& options) {
   const Format* format = nullptr;
   if (!options.save.format.empty()) {
-    format = &naming(dst, [&]() -> const Format& { return format_by_id(options.save.format); });
+    format = &naming_file(dst, [&]() -> const Format& { return format_by_id(options.save.format); });
   } else {
     format = format_for_extension(dst);
   }
@@ -74,7 +62,7 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
   SaveOptions save = options.save;
   save.format = std::string(format.id());
 
-  const Contents contents = naming(src, [&] { return open(src); });
+  const Contents contents = open(src);  // its errors name `src`, save()'s name `dst`
   ConvertReport report;
   report.source_format = contents.format;
   report.target_format = save.format;
@@ -84,7 +72,7 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
   // The tree to write: the source's, renamed and thinned by the transforms.
   Tree transformed;
   if (!options.rename.empty()) {
-    transformed = naming(src, [&] {
+    transformed = naming_file(src, [&] {
       for (const Tree::Leaf& leaf : contents.tree.leaves()) {
         const std::optional<std::string> name = options.rename.apply(leaf.name);
         if (!name) ++report.removed;
@@ -102,7 +90,7 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
   const bool keeps_tree = format.capabilities().nested_tree && save.extras;
   std::string refusal;
   try {
-    naming(dst, [&] { ckpt::save(dst, tree, save); });
+    ckpt::save(dst, tree, save);
     return report;
   } catch (const Error& error) {
     if (keeps_tree || error.code() != ErrorCode::kUnsupported) throw;
@@ -126,7 +114,7 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
                     "drop_unsupported=True) to write the tensors alone")
         .with_path(dst);
   }
-  naming(dst, [&] { ckpt::save(dst, flat, save); });
+  ckpt::save(dst, flat, save);
   return report;
 }
 

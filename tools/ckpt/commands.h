@@ -10,10 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
 #include <functional>
 #include <string>
-#include <utility>
 
 #include "ckpt/cli.h"
 #include "ckpt/error.h"
@@ -43,17 +41,5 @@ Command add_verify_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
 Command add_formats_command(CLI::App& app);
 Command add_example_command(CLI::App& app);
-
-// Runs `body`; a ckpt::Error escaping it gets `path` as its file if it names
-// none yet, so that every error line says which file it is about.
-template <class Body>
-decltype(auto) naming_file(const std::filesystem::path& path, Body&& body) {
-  try {
-    return std::forward<Body>(body)();
-  } catch (Error& error) {
-    error.with_path(path);
-    throw;
-  }
-}
 
 }  // namespace ckpt::tool

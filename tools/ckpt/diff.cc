@@ -110,8 +110,8 @@ int run_diff(const DiffArguments& arguments) {
   if (!(arguments.atol >= 0.0)) {
     throw Error(ErrorCode::kInvalidArgument, "--atol must be a number >= 0");
   }
-  const Tree a = naming_file(arguments.a, [&] { return load(arguments.a); });
-  const Tree b = naming_file(arguments.b, [&] { return load(arguments.b); });
+  const Tree a = load(arguments.a);
+  const Tree b = load(arguments.b);
   const DiffReport report = diff(a, b, {.atol = arguments.atol});
   if (arguments.json) {
     std::cout << to_json(diff_document(report, arguments.a, arguments.b, arguments.atol)) << '\n';

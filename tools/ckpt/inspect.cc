@@ -87,8 +87,7 @@ Command add_inspect_command(CLI::App& app) {
   command->add_flag("--json", arguments->json, "Print one JSON object instead of a table");
   return {command,
           [arguments] {
-            const Contents contents =
-                naming_file(arguments->path, [&] { return open(arguments->path); });
+            const Contents contents = open(arguments->path);
             if (arguments->json) {
               std::cout << to_json(contents_document(arguments->path, contents)) << '\n';
             } else {

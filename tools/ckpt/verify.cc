@@ -17,7 +17,7 @@ struct VerifyArguments {
 };
 
 int run_verify(const VerifyArguments& arguments) {
-  const Contents contents = naming_file(arguments.path, [&] { return verify(arguments.path); });
+  const Contents contents = verify(arguments.path);
   uint64_t total = 0;
   for (const EntryInfo& entry : contents.entries) total += entry.nbytes;
   std::cout << "OK " << arguments.path << " (" << count_text(contents.entries.size(), "tensor")
