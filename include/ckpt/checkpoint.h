@@ -39,6 +39,11 @@ Contents open(const std::filesystem::path& path, const LoadOptions& options = {}
 // Throws Error{kIo} if a read fails.
 void materialize(Tree& tree, unsigned threads = 0);
 
+// The format save() writes `path` in: options.format, else the one `path`'s
+// extension names, else safetensors. Throws Error{kUnsupported} for an
+// unknown options.format.
+const Format& save_format(const std::filesystem::path& path, const SaveOptions& options = {});
+
 // The format of `path`: a format that claims the path itself (a TF bundle
 // prefix, a directory; Format::detect_path), else by content (the extension
 // only breaks ties).

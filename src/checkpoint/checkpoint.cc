@@ -14,12 +14,6 @@
 namespace ckpt {
 namespace {
 
-const Format& format_for_save(const std::filesystem::path& path, const SaveOptions& options) {
-  if (!options.format.empty()) return format_by_id(options.format);
-  if (const Format* format = format_for_extension(path)) return *format;
-  return format_by_id("safetensors");
-}
-
 void require_writable(const Format& format, const std::filesystem::path& path) {
   if (!format.capabilities().write) {
     throw Error(ErrorCode::kUnsupported, "format '" + std::string(format.id()) + "' cannot be written", {.path = path});
@@ -103,6 +97,12 @@ void materialize(Tree& tree, unsigned threads) {
   }
 }
 
+const Format& save_format(const std::filesystem::path& path, const SaveOptions& options) {
+  if (!options.format.empty()) return format_by_id(options.format);
+  if (const Format* format = format_for_extension(path)) return *format;
+  return format_by_id("safetensors");
+}
+
 const Format& detect(const std::filesystem::path& path) {
   return naming_file(path, [&]() -> const Format& {
     // Checkpoints that are a prefix or a directory rather than one file.
@@ -145,7 +145,7 @@ Contents verify(const std::filesystem::path& path) {
 
 void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
   naming_file(path, [&] {
-    const Format& format = format_for_save(path, options);
+    const Format& format = save_format(path, options);
     require_writable(format, path);
     if (!options.metadata.empty() && !format.capabilities().metadata) {
       throw Error(ErrorCode::kUnsupported,

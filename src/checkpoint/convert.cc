@@ -50,10 +50,6 @@ const Format& target_format(const std::filesystem::path& dst, const ConvertOptio
   return *format;
 }
 
-std::string count_of(size_t count, std::string_view noun) {
-  return std::to_string(count) + " " + std::string(noun) + (count == 1 ? "" : "s");
-}
-
 }  // namespace
 
 ConvertReport convert(const std::filesystem::path& src, const std::filesystem::path& dst,
@@ -108,9 +104,9 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
   }
   if (!report.dropped.empty() && !options.drop_unsupported) {
     throw Error(ErrorCode::kUnsupported,
-                save.format + (save.extras ? "" : " without extras") + " cannot hold " +
-                    count_of(report.dropped.size(), "non-tensor value") + " (first: '" + report.dropped.front() +
-                    "': " + refusal + "); they would be lost: ask to drop unsupported values (--drop-unsupported, "
+                save.format + (save.extras ? "" : " without extras") + " cannot hold the non-tensor values (" +
+                    std::to_string(report.dropped.size()) + ", the first '" + report.dropped.front() +
+                    "'; " + refusal + "); they would be lost: ask to drop unsupported values (--drop-unsupported, "
                     "drop_unsupported=True) to write the tensors alone")
         .with_path(dst);
   }

@@ -152,13 +152,6 @@ Tree make_training_state(int64_t step, DType half) {
   return state;
 }
 
-// The format save() will pick: --format, else PATH's extension, else safetensors.
-const Format& target_format(const ExampleArguments& arguments) {
-  if (!arguments.format.empty()) return format_by_id(arguments.format);
-  if (const Format* format = format_for_extension(arguments.path)) return *format;
-  return format_by_id("safetensors");
-}
-
 bool holds_dtype(const Format& format, DType dtype) {
   const std::vector<DType> dtypes = format.dtypes();
   return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
@@ -168,8 +161,9 @@ int run_example(const ExampleArguments& arguments) {
   if (arguments.step < 0) {
     throw Error(ErrorCode::kInvalidArgument, "--step must be >= 0");
   }
-  const Format& format =
-      naming_file(arguments.path, [&]() -> const Format& { return target_format(arguments); });
+  // The format save() will pick: --format, else PATH's extension, else safetensors.
+  const Format& format = naming_file(
+      arguments.path, [&]() -> const Format& { return save_format(arguments.path, {.format = arguments.format}); });
   const bool float32 = arguments.float32 || !holds_dtype(format, DType::kBFloat16);
   Tree state = make_training_state(arguments.step, float32 ? DType::kFloat32 : DType::kBFloat16);
   const bool tensors_only = !format.capabilities().nested_tree;
@@ -180,7 +174,7 @@ int run_example(const ExampleArguments& arguments) {
   }
   SaveOptions options;
   options.format = std::string(format.id());
-  naming_file(arguments.path, [&] { save(arguments.path, state, options); });
+  save(arguments.path, state, options);
 
   uint64_t tensors = 0, bytes = 0, values = 0;
   for (const Tree::Leaf& leaf : state.leaves()) {
