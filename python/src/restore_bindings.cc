@@ -97,13 +97,14 @@ Tree source_in(py::handle source) {
 }
 
 // A declared default's Python side: the value as the caller gave it, or the
-// callable and, once called, what it returned. The restored tree holds them
-// as trees; where a filled part is such a value whole, the caller gets the
-// object itself back (a dataclass stays a dataclass, a jax array a jax array).
+// callable, and once needed the value (or what the callable returned). The
+// restored tree holds it as a tree; where a filled part is that value
+// whole, the caller gets the object itself back (a dataclass stays a
+// dataclass, a jax array a jax array).
 struct GivenDefault {
   py::object payload;  // a value, or a zero-argument callable
-  py::object made;     // the callable's result, once called
   bool factory = false;
+  py::object made;     // the value, once a leaf needed it
 };
 
 // A name or glob (str), or a key path (a tuple or list of str and int keys).
@@ -127,41 +128,38 @@ FieldSelector selector_in(py::handle selector) {
 }
 
 // Each (selector, kind, payload): kind "keep", "value" (payload: the value)
-// or "factory" (payload: called with no arguments, with the GIL, at most
-// once, when a leaf first needs it). Values and results go through `nest`
-// (a Python callable turning structures into nests; None: as they are) and
-// value_in. `given` (sized here, never resized after) holds the Python side.
+// or "factory" (payload: a zero-argument callable). A value or the
+// callable's result is taken when a leaf first needs it (the callable
+// called with the GIL, at most once), turned into a nest by `nest` (a
+// Python callable; None: as it is) and into a tree by value_in. `given`
+// (sized here, never resized after) holds the Python side.
 std::vector<std::pair<FieldSelector, FieldDefault>> defaults_in(py::handle declared, const py::object& nest,
                                                                  std::vector<GivenDefault>& given) {
   const py::list items = py::list(py::reinterpret_borrow<py::object>(declared));
   given.assign(items.size(), {});
   std::vector<std::pair<FieldSelector, FieldDefault>> defaults;
   defaults.reserve(items.size());
-  const auto as_tree = [&nest](const py::object& value) {
-    return value_in(nest.is_none() ? value : nest(value), "", 0);
-  };
   for (size_t i = 0; i < items.size(); ++i) {
     const py::tuple item = items[i].cast<py::tuple>();
     if (item.size() != 3) throw py::value_error("a default is (selector, kind, payload)");
     FieldSelector selector = selector_in(item[0]);
     const std::string kind = item[1].cast<std::string>();
-    GivenDefault& slot = given[i];
-    slot.payload = py::reinterpret_borrow<py::object>(item[2]);
     if (kind == "keep") {
       defaults.emplace_back(std::move(selector), FieldDefault::keep());
-    } else if (kind == "value") {
-      defaults.emplace_back(std::move(selector), FieldDefault::value(as_tree(slot.payload)));
-    } else if (kind == "factory") {
-      slot.factory = true;
-      // Captures pointers only: copying the function needs no GIL.
-      defaults.emplace_back(std::move(selector), FieldDefault::factory([slot = &slot, nest = &nest] {
-                              py::gil_scoped_acquire gil;
-                              slot->made = slot->payload();
-                              return value_in(nest->is_none() ? slot->made : (*nest)(slot->made), "", 0);
-                            }));
-    } else {
+      continue;
+    }
+    if (kind != "value" && kind != "factory") {
       throw py::value_error("unknown default kind '" + kind + "' (expected keep, value or factory)");
     }
+    GivenDefault& slot = given[i];
+    slot.payload = py::reinterpret_borrow<py::object>(item[2]);
+    slot.factory = kind == "factory";
+    // Captures pointers only: copying the function needs no GIL.
+    defaults.emplace_back(std::move(selector), FieldDefault::factory([slot = &slot, nest = &nest] {
+                            py::gil_scoped_acquire gil;
+                            slot->made = slot->factory ? slot->payload() : slot->payload;
+                            return value_in(nest->is_none() ? slot->made : (*nest)(slot->made), "", 0);
+                          }));
   }
   return defaults;
 }
@@ -190,8 +188,8 @@ py::list filled_out(const RestoreReport& report, const std::vector<GivenDefault>
     const FilledPart& part = report.filled[i];
     const GivenDefault* own = part.whole_default && part.default_index < given.size() ? &given[part.default_index]
                                                                                      : nullptr;
-    if (own != nullptr && (!own->factory || own->made)) {
-      out[i] = py::make_tuple(path_out(part.path), own->factory ? own->made : own->payload, true);
+    if (own != nullptr && own->made) {
+      out[i] = py::make_tuple(path_out(part.path), own->made, true);
       continue;
     }
     const Tree* node = detail::node_at(report.tree, part.path);

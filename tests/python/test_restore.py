@@ -337,3 +337,17 @@ def test_field_markers_under_dotted_keys_cover_their_own_field(tmp_path):
     np.testing.assert_array_equal(report.tree["r.ema"], arange(2, start=1))
     assert type(report.tree["r"]) is Run and report.tree["r"].ema is None
     np.testing.assert_array_equal(report.tree["r"].w, arange(2, start=5))
+
+
+def test_defaults_are_taken_only_when_needed_and_come_back_as_given(saved):
+    path, _ = saved
+    target = target_state()
+    target["extra"] = np.zeros(2, np.float32)
+    given = np.full(2, 3, np.float32)
+    report = ckpt.restore(target, path, defaults={
+        "step": object(),        # never needed: never converted
+        "model": lambda: 1 / 0,  # never needed: never called
+        "extra": given})
+    assert report.defaulted == ["extra"] and report.tree["extra"] is given
+    with pytest.raises(ZeroDivisionError):
+        ckpt.restore(target, path, defaults={"extra": lambda: 1 / 0})
