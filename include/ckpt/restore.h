@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "ckpt/dtype.h"
@@ -25,29 +26,60 @@
 
 namespace ckpt {
 
+// A path of keys from a tree's root to one of its nodes: map keys (strings or
+// integers) and list positions (integers), exactly as the tree holds them, so
+// that it finds a node without the dotted names' escapes ({"a.b": x} and
+// {"a": {"b": y}} are {"a.b"} and {"a", "b"}).
+using KeyPath = std::vector<Key>;
+
+// Where a default applies (RestoreOptions::defaults):
+//  * a name: that leaf, or the subtree of that name and every leaf under it
+//    ("ema" covers "ema.w" but not "emax"; "" covers every leaf);
+//  * a glob, any string with '*', '?' or '[': the leaves whose names match it
+//    (transform.h's glob_match, '*' crossing dots);
+//  * a KeyPath: the node at those keys and every leaf under it (keys compared
+//    exactly: the string "0" is not the integer 0 here).
+using FieldSelector = std::variant<std::string, KeyPath>;
+
+namespace detail {
+class DeclaredDefaults;
+}
+
 // What a missing optional field becomes.
 class FieldDefault {
  public:
   using Initializer = std::function<Tree(std::string_view name, const Tree& current)>;
+  using Factory = std::function<Tree()>;
+  enum class Kind { kKeep, kValue, kFactory, kInit };
 
   // The target's current value stays (a new layer keeps its initialization).
   static FieldDefault keep();
-  // A value: for a default declared on a subtree, the leaf at the same
-  // relative path inside `value` (which must have it).
+  // A value. A leaf declared itself (by its name, its key path or a glob)
+  // takes the whole value. A leaf under a declared subtree takes the part of
+  // the value at the leaf's path below the subtree: key by key where the
+  // declared name ends at a key of the target (a key finds the value's equal
+  // key, else one that prints the same: the string "0", the integer key 0
+  // and a list's first item are one), by dotted name (Tree::find_path) where
+  // it ends inside a key (a flat state dict's "head" for "head.weight").
+  // Whole field: a declared subtree (a name or key path, not a glob) all of
+  // whose leaves were defaulted by this declaration takes a value that is
+  // not a map or list whole, in the subtree's place (none in place of a map
+  // of tensors); a map or list gives each leaf its part as above.
   static FieldDefault value(Tree value);
+  // As value(), with the value made by `factory`: at most once per restore(),
+  // when a leaf first needs it (never when no leaf does).
+  static FieldDefault factory(Factory factory);
   // Called for each defaulted leaf with its name and the target's current
   // leaf; returns the leaf's value.
   static FieldDefault init(Initializer initializer);
 
-  // The default for the leaf `name` (`relative` is its path below the name the
-  // default was declared for; empty for the leaf itself).
-  // Throws Error{kInvalidArgument} if a value default has no leaf at `relative`.
-  Tree resolve(std::string_view name, std::string_view relative, const Tree& current) const;
+  Kind kind() const noexcept { return kind_; }
 
  private:
-  enum class Kind { kKeep, kValue, kInit };
+  friend class detail::DeclaredDefaults;
   Kind kind_ = Kind::kKeep;
   Tree value_;
+  Factory factory_;
   Initializer initializer_;
 };
 
@@ -65,11 +97,11 @@ struct RestoreOptions {
   // With kCast: only these (checkpoint dtype, target dtype) pairs are cast;
   // empty: any pair.
   std::vector<std::pair<DType, DType>> casts;
-  // Optional fields, each a leaf or subtree name (every leaf under it) or a
-  // glob (transform.h's glob_match) -> its default. A missing leaf that one
-  // covers takes the default and is reported as defaulted, in strict mode
-  // too. The first declaration that covers a leaf wins.
-  std::vector<std::pair<std::string, FieldDefault>> defaults;
+  // Optional fields, each a name, glob or key path (FieldSelector) -> its
+  // default. A missing leaf that one covers takes the default and is reported
+  // as defaulted, in strict mode too. The first declaration that covers a
+  // leaf wins.
+  std::vector<std::pair<FieldSelector, FieldDefault>> defaults;
   // Partial restore: only target leaves under this name (and source leaves
   // under it, after renaming) take part; the rest of the target stays as it
   // is and is not reported. Empty: everything.
@@ -82,12 +114,32 @@ struct RestoreOptions {
   unsigned threads = 0;
 };
 
+// A part of RestoreReport::tree that restore() filled: a leaf from the source
+// or from a default, or a subtree that took its default whole.
+struct FilledPart {
+  static constexpr size_t kFromSource = static_cast<size_t>(-1);
+
+  KeyPath path;  // where it lies in the tree
+  // The declaration (index into RestoreOptions::defaults) whose default it
+  // holds, or kFromSource.
+  size_t default_index = kFromSource;
+  // True where it holds that value or factory default's whole value (a
+  // declared leaf, a glob's leaf, a subtree taking it whole), not a part of
+  // it found below a declared subtree.
+  bool whole_default = false;
+};
+
 struct RestoreReport {
   // The target with matched leaves replaced by the source's (tensors share
   // the source's memory; cast ones are fresh), defaulted ones by their
-  // defaults, every other leaf as the target had it. Without a target: the
+  // defaults (a subtree that takes its default whole holds that value in its
+  // place), every other leaf as the target had it. Without a target: the
   // source, renamed and filtered.
   Tree tree;
+  // With a target: each part of `tree` that restore() filled (keep defaults
+  // fill nothing), in target order, by key path, so that a caller can put the
+  // values into structures of its own without names. Empty without a target.
+  std::vector<FilledPart> filled;
   // Leaf names (target names; unexpected ones are the source's, renamed),
   // in target order (unexpected: source order).
   std::vector<std::string> restored;          // filled from the source (cast ones included)
@@ -129,7 +181,9 @@ class MismatchError : public Error {
 // included. Target leaves that share memory (tied weights) are restored
 // together: one found in the source fills the others.
 // Throws MismatchError (strict), Error{kInvalidArgument} for a bad option (a
-// value default without the leaf), or what a cast or a rename throws.
+// value default without the leaf, or with a tensor of another shape for a
+// tensor leaf), or what a cast, a rename or a default's factory or
+// initializer throws.
 RestoreReport restore(const Tree& target, const Tree& source, const RestoreOptions& options = {});
 
 // Raw restore, no target: the source as loaded, renamed and filtered

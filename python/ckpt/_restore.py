@@ -2,20 +2,20 @@
 dataclass, a NamedTuple, a ``flax.struct.dataclass`` such as a Flax
 ``TrainState``) from a checkpoint, with one structured report.
 
-The matching itself (names, shapes, dtypes, casts, renames, defaults) is
-ckpt's C++ ``restore`` (include/ckpt/restore.h). This module turns Python
-structures into plain nests named as Flax names them (dataclass and
-NamedTuple fields by field name, tuples and lists by position), and puts the
-restored leaves back into the target's own structure and leaf types."""
+The matching itself (names, shapes, dtypes, casts, renames, defaults and
+their values) is ckpt's C++ ``restore`` (include/ckpt/restore.h). This module
+turns Python structures into plain nests keyed as Flax keys them (dataclass
+and NamedTuple fields by field name, tuples and lists by position), and puts
+what the C++ side filled back into the target's own structure and leaf types,
+by key path (never by dotted name)."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import fnmatch
 import os
 import sys
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _ckpt
 
@@ -179,35 +179,32 @@ def _leaf_in(value: Any, for_target: bool) -> Any:
     return value
 
 
-def to_nest(value: Any, *, _name: str = "", _markers: Optional[list] = None, _target: bool = False,
+def to_nest(value: Any, *, _path: Tuple[Any, ...] = (), _markers: Optional[list] = None, _target: bool = False,
             _depth: int = 0) -> Any:
     """``value`` as plain dicts, lists and leaves: dataclasses (flax structs
     too, without their static fields) and NamedTuples become dicts by field
-    name, tuples lists, jax arrays numpy arrays. Used for saving such state
-    and for restore targets."""
+    name, tuples lists, jax arrays numpy arrays. Used for saving such state,
+    for restore targets and for restore defaults."""
     if _depth > 512:
-        raise ValueError(f"state nested deeper than 512 levels (or a cycle) at '{_name}'")
+        where = ".".join(str(key) for key in _path)  # for the message only
+        raise ValueError(f"state nested deeper than 512 levels (or a cycle) at '{where}'")
 
-    def child(key: Any) -> str:
-        return f"{_name}.{key}" if _name else str(key)
+    def nest(child: Any, key: Any) -> Any:
+        return to_nest(child, _path=_path + (key,), _markers=_markers, _target=_target, _depth=_depth + 1)
 
     if isinstance(value, Mapping):
-        return {k: to_nest(v, _name=child(k), _markers=_markers, _target=_target, _depth=_depth + 1)
-                for k, v in value.items()}
+        return {k: nest(v, k) for k, v in value.items()}
     if _is_namedtuple(value):
-        return {k: to_nest(getattr(value, k), _name=child(k), _markers=_markers, _target=_target,
-                           _depth=_depth + 1) for k in type(value)._fields}
+        return {k: nest(getattr(value, k), k) for k in type(value)._fields}
     if isinstance(value, (list, tuple)):
-        return [to_nest(v, _name=child(i), _markers=_markers, _target=_target, _depth=_depth + 1)
-                for i, v in enumerate(value)]
+        return [nest(v, i) for i, v in enumerate(value)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {}
         for f in _pytree_fields(value):
-            name = child(f.name)
             if _markers is not None and _MARKER in f.metadata:
-                _markers.append((name, f.metadata[_MARKER]))
-            out[f.name] = to_nest(getattr(value, f.name), _name=name, _markers=_markers, _target=_target,
-                                  _depth=_depth + 1)
+                kind, payload = f.metadata[_MARKER]
+                _markers.append((_path + (f.name,), kind, payload))  # declared by key path
+            out[f.name] = nest(getattr(value, f.name), f.name)
         return out
     return _leaf_in(value, _target)
 
@@ -261,9 +258,12 @@ def _ckpt_torch(array: Any) -> Any:
 
 
 def _like(target: Any, value: Any) -> Any:
-    """The restored ``value`` in the kind of leaf the target had."""
+    """The restored array ``value`` in the kind of leaf the target had
+    (anything else as it is)."""
     import numpy as np
 
+    if not isinstance(value, np.ndarray) and not _is_torch(value):
+        return value
     if _is_torch(target):
         result = _as_torch(value)
         if target.device.type not in ("cpu", "meta"):
@@ -285,130 +285,75 @@ def _like(target: Any, value: Any) -> Any:
     return value
 
 
-def _rebuild(target: Any, name: str, changed: Mapping[str, Any], depth: int = 0) -> Any:
-    def child(key: Any) -> str:
-        return f"{name}.{key}" if name else str(key)
+_HERE = object()  # in a trie of key paths: what goes at this node
 
-    if name in changed:
-        return changed[name](target)
+
+def _trie(filled: Iterable[Tuple[Sequence[Any], Any, bool]]) -> Dict[Any, Any]:
+    """The C++ side's filled parts, (key path, value, given), as a trie of
+    keys whose nodes hold under ``_HERE`` how to fill the target there: a
+    given object (a default exactly as the caller wrote it) as it is, a
+    value from the tree in the kind of leaf the target has."""
+    root: Dict[Any, Any] = {}
+    for path, value, given in filled:
+        node = root
+        for key in path:
+            node = node.setdefault(key, {})
+        node[_HERE] = (lambda old, value=value: value) if given else (lambda old, value=value: _like(old, value))
+    return root
+
+
+_NOTHING: Dict[Any, Any] = {}
+
+
+def _rebuild(target: Any, places: Mapping[Any, Any]) -> Any:
+    """A new nest of ``target``'s types with ``places`` (a :func:`_trie`)
+    filled in; the keys of ``places`` are those of :func:`to_nest`: dict keys,
+    field names, positions."""
+    if _HERE in places:
+        return places[_HERE](target)
+
+    def sub(child: Any, key: Any) -> Any:
+        return _rebuild(child, places.get(key, _NOTHING))
+
     if isinstance(target, Mapping):
-        items = [(k, _rebuild(v, child(k), changed, depth + 1)) for k, v in target.items()]
+        items = [(k, sub(v, k)) for k, v in target.items()]
         try:
             return type(target)(items)
         except TypeError:
             return dict(items)
     if _is_namedtuple(target):
-        return type(target)(*[_rebuild(getattr(target, k), child(k), changed, depth + 1)
-                              for k in type(target)._fields])
+        return type(target)(*[sub(getattr(target, k), k) for k in type(target)._fields])
     if isinstance(target, (list, tuple)):
-        items = [_rebuild(v, child(i), changed, depth + 1) for i, v in enumerate(target)]
+        items = [sub(v, i) for i, v in enumerate(target)]
         return type(target)(items) if type(target) in (list, tuple) else type(target)(*items)
     if dataclasses.is_dataclass(target) and not isinstance(target, type):
         result = copy.copy(target)
         for f in _pytree_fields(target):
-            object.__setattr__(result, f.name, _rebuild(getattr(target, f.name), child(f.name), changed, depth + 1))
+            object.__setattr__(result, f.name, sub(getattr(target, f.name), f.name))
         return result
     return target
 
 
 # ------------------------------------------------------------------ defaults
 
-def _covers(pattern: str, name: str) -> bool:
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatchcase(name, pattern)
-    return pattern == "" or name == pattern or name.startswith(pattern + ".")
-
-
-def _navigate(value: Any, relative: str) -> Any:
-    for part in relative.split(".") if relative else ():
-        if isinstance(value, Mapping):
-            if part in value:
-                value = value[part]
-            elif part.lstrip("-").isdigit() and int(part) in value:
-                value = value[int(part)]
-            else:
-                raise KeyError(part)
-        elif _is_namedtuple(value) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
-            value = getattr(value, part)
-        elif isinstance(value, (list, tuple)):
-            value = value[int(part)]
-        else:
-            raise KeyError(part)
-    return value
-
-
-class _Defaults:
-    """Declared defaults, in order: the ``defaults=`` argument, then field
-    markers. Each value is computed once, when a leaf needs it."""
-
-    def __init__(self, declared: List[Tuple[str, Tuple[str, Any]]]):
-        self.declared = declared
-        self.cache: Dict[int, Any] = {}
-
-    def patterns(self) -> List[str]:
-        return [pattern for pattern, _ in self.declared]
-
-    def whole_fields(self, defaulted: List[str], leaves: List[str]) -> Dict[str, Any]:
-        """Declared names (not globs) with a value whose every leaf was
-        defaulted: the field takes the whole default value (``None`` in place
-        of a dict of arrays, say), not leaf by leaf."""
-        out: Dict[str, Any] = {}
-        done = set(defaulted)
-        for index, (pattern, (kind, payload)) in enumerate(self.declared):
-            if kind == "keep" or any(c in pattern for c in "*?[") or pattern in out:
-                continue
-            under = [n for n in leaves if _covers(pattern, n)]
-            if not under or any(n not in done for n in under) or any(_covers(p, pattern) for p in out):
-                continue
-            if index not in self.cache:
-                self.cache[index] = payload() if kind == "factory" else payload
-            out[pattern] = self.cache[index]
-        return out
-
-    def resolve(self, name: str) -> Tuple[bool, Any]:
-        """(keep, value) for the defaulted leaf ``name``."""
-        for index, (pattern, (kind, payload)) in enumerate(self.declared):
-            if not _covers(pattern, name):
-                continue
-            if kind == "keep":
-                return True, None
-            if index not in self.cache:
-                self.cache[index] = payload() if kind == "factory" else payload
-            glob = any(c in pattern for c in "*?[")
-            relative = "" if glob or name == pattern else name[len(pattern) + 1 if pattern else 0:]
-            try:
-                return False, _navigate(self.cache[index], relative)
-            except (KeyError, IndexError, AttributeError, ValueError):
-                raise ValueError(f"the default declared for '{pattern}' has no '{relative}' for '{name}'") from None
-        return True, None
-
-
-def _leaf_names(nest: Any, name: str = "") -> List[str]:
-    """The dotted names of a nest's leaves, as the C++ side names them."""
-    if isinstance(nest, Mapping):
-        if not nest:
-            return []
-        return [n for k, v in nest.items() for n in _leaf_names(v, f"{name}.{k}" if name else str(k))]
-    if isinstance(nest, list):
-        return [n for i, v in enumerate(nest) for n in _leaf_names(v, f"{name}.{i}" if name else str(i))]
-    return [name]
-
-
-def _declared_defaults(defaults: Any) -> List[Tuple[str, Tuple[str, Any]]]:
+def _declared_defaults(defaults: Any) -> List[Tuple[str, str, Any]]:
+    """``defaults=`` as the C++ side takes it: (name or glob, kind, payload),
+    kind "keep", "value" (payload: the value) or "factory" (payload: a
+    zero-argument callable)."""
     if defaults is None:
         return []
     if isinstance(defaults, str):
         defaults = [defaults]
     if not isinstance(defaults, Mapping):
-        return [(str(pattern), ("keep", None)) for pattern in defaults]
+        return [(str(pattern), "keep", None) for pattern in defaults]
     out = []
     for pattern, value in defaults.items():
         if value is KEEP:
-            out.append((str(pattern), ("keep", None)))
+            out.append((str(pattern), "keep", None))
         elif callable(value) and not _is_torch(value) and not hasattr(value, "__array__"):
-            out.append((str(pattern), ("factory", value)))
+            out.append((str(pattern), "factory", value))
         else:
-            out.append((str(pattern), ("value", value)))
+            out.append((str(pattern), "value", value))
     return out
 
 
@@ -509,41 +454,24 @@ def restore(target: Any, source: Any, *, strict: bool = True, defaults: Any = No
         nest = {name: _leaf_in(value, True) for name, value in state.items()}
     else:
         nest = to_nest(target, _markers=markers, _target=True)
-    declared = _Defaults(_declared_defaults(defaults) + markers)
     fw = "torch" if module is not None or _has_torch_leaf(nest) else "numpy"
     try:
-        result = _ckpt.restore(nest, src, defaults=declared.patterns(), framework=fw, **common)
+        # Defaults: the defaults= argument first, then the field markers.
+        result = _ckpt.restore(nest, src, defaults=_declared_defaults(defaults) + markers, nest=to_nest, framework=fw,
+                               **common)
     except Exception as error:  # MismatchError: the report as an object
         if isinstance(getattr(error, "report", None), Mapping):
             error.report = RestoreReport(error.report)
         raise
     report = RestoreReport(result)
-    values: Dict[str, Any] = result["values"]
-    defaulted = {}
-    whole = declared.whole_fields(report.defaulted, _leaf_names(nest)) if module is None else {}
-    for name in report.defaulted:
-        if any(_covers(field, name) for field in whole):
-            continue  # the whole field takes its default at once
-        keep, value = declared.resolve(name)
-        if not keep:
-            defaulted[name] = value
-
     if module is not None:
         torch = _module("torch")
         with torch.no_grad():
-            for name, value in values.items():
-                state[name].copy_(_as_torch(value))
-            for name, value in defaulted.items():
-                state[name].copy_(torch.as_tensor(_as_numpy(value) if not _is_torch(value) else value))
+            for path, value, _ in result["filled"]:
+                if len(path) != 1:  # the state dict is flat: only the whole of it has another path
+                    raise ValueError("a default for a whole module must be ckpt.KEEP or declared per entry")
+                state[path[0]].copy_(_as_torch(value))
         report.tree = module
         return report
-
-    changed: Dict[str, Callable[[Any], Any]] = {}
-    for name, value in values.items():
-        changed[name] = lambda old, value=value: _like(old, value)
-    for name, value in whole.items():
-        changed[name] = lambda old, value=value: value
-    for name, value in defaulted.items():
-        changed.setdefault(name, lambda old, value=value: value)
-    report.tree = _rebuild(target, "", changed)
+    report.tree = _rebuild(target, _trie(result["filled"]))
     return report

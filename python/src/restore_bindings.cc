@@ -1,7 +1,8 @@
 // _ckpt.restore, the renaming load and convert: restore.h and
 // transform.h for the Python package. The structure of Python targets
 // (dataclasses, NamedTuples, modules) is handled in python/ckpt/_restore.py;
-// this side sees plain nests of dicts, lists and leaves.
+// this side sees plain nests of dicts, lists and leaves, and passes declared
+// defaults (values and callables) to ckpt::restore, which resolves them.
 
 #include "restore_bindings.h"
 
@@ -14,6 +15,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/convert.h"
 #include "ckpt/restore.h"
+#include "restore/defaults.h"
 #include "values.h"
 
 namespace ckpt::python {
@@ -94,6 +96,113 @@ Tree source_in(py::handle source) {
   return value_in(source, "", 0);
 }
 
+// A declared default's Python side: the value as the caller gave it, or the
+// callable, and once needed the value (or what the callable returned). The
+// restored tree holds it as a tree; where a filled part is that value
+// whole, the caller gets the object itself back (a dataclass stays a
+// dataclass, a jax array a jax array).
+struct GivenDefault {
+  py::object payload;  // a value, or a zero-argument callable
+  bool factory = false;
+  py::object made;     // the value, once a leaf needed it
+};
+
+// A name or glob (str), or a key path (a tuple or list of str and int keys).
+FieldSelector selector_in(py::handle selector) {
+  if (py::isinstance<py::str>(selector)) return selector.cast<std::string>();
+  if (!py::isinstance<py::tuple>(selector) && !py::isinstance<py::list>(selector)) {
+    throw py::type_error("a default is declared for a name, a glob or a key path, not " +
+                         py::repr(selector).cast<std::string>());
+  }
+  KeyPath path;
+  for (py::handle key : selector) {
+    if (py::isinstance<py::str>(key)) {
+      path.emplace_back(key.cast<std::string>());
+    } else if (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr())) {
+      path.emplace_back(key.cast<int64_t>());
+    } else {
+      throw py::type_error("a key path holds str and int keys, not " + py::repr(key).cast<std::string>());
+    }
+  }
+  return path;
+}
+
+// Each (selector, kind, payload): kind "keep", "value" (payload: the value)
+// or "factory" (payload: a zero-argument callable). A value or the
+// callable's result is taken when a leaf first needs it (the callable
+// called with the GIL, at most once), turned into a nest by `nest` (a
+// Python callable; None: as it is) and into a tree by value_in. `given`
+// (sized here, never resized after) holds the Python side.
+std::vector<std::pair<FieldSelector, FieldDefault>> defaults_in(py::handle declared, const py::object& nest,
+                                                                 std::vector<GivenDefault>& given) {
+  const py::list items = py::list(py::reinterpret_borrow<py::object>(declared));
+  given.assign(items.size(), {});
+  std::vector<std::pair<FieldSelector, FieldDefault>> defaults;
+  defaults.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const py::tuple item = items[i].cast<py::tuple>();
+    if (item.size() != 3) throw py::value_error("a default is (selector, kind, payload)");
+    FieldSelector selector = selector_in(item[0]);
+    const std::string kind = item[1].cast<std::string>();
+    if (kind == "keep") {
+      defaults.emplace_back(std::move(selector), FieldDefault::keep());
+      continue;
+    }
+    if (kind != "value" && kind != "factory") {
+      throw py::value_error("unknown default kind '" + kind + "' (expected keep, value or factory)");
+    }
+    GivenDefault& slot = given[i];
+    slot.payload = py::reinterpret_borrow<py::object>(item[2]);
+    slot.factory = kind == "factory";
+    // Captures pointers only: copying the function needs no GIL.
+    defaults.emplace_back(std::move(selector), FieldDefault::factory([slot = &slot, nest = &nest] {
+                            py::gil_scoped_acquire gil;
+                            slot->made = slot->factory ? slot->payload() : slot->payload;
+                            return value_in(nest->is_none() ? slot->made : (*nest)(slot->made), "", 0);
+                          }));
+  }
+  return defaults;
+}
+
+py::tuple path_out(const KeyPath& path) {
+  py::tuple out(path.size());
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (const auto* text = std::get_if<std::string>(&path[i])) {
+      out[i] = py::str(*text);
+    } else {
+      out[i] = py::int_(std::get<int64_t>(path[i]));
+    }
+  }
+  return out;
+}
+
+// report.filled as [(key path, value, given)]: `given` where the value is a
+// default exactly as the caller wrote it (or its factory made it), the
+// tree's value otherwise (converted at once, so that tied leaves come out as
+// one object).
+py::list filled_out(const RestoreReport& report, const std::vector<GivenDefault>& given, Framework framework) {
+  Tree values = Tree::list();
+  std::vector<size_t> from_tree;
+  py::list out(report.filled.size());
+  for (size_t i = 0; i < report.filled.size(); ++i) {
+    const FilledPart& part = report.filled[i];
+    const GivenDefault* own = part.whole_default && part.default_index < given.size() ? &given[part.default_index]
+                                                                                     : nullptr;
+    if (own != nullptr && own->made) {
+      out[i] = py::make_tuple(path_out(part.path), own->made, true);
+      continue;
+    }
+    const Tree* node = detail::node_at(report.tree, part.path);
+    values.push_back(node != nullptr ? *node : Tree());
+    from_tree.push_back(i);
+  }
+  const py::list converted = value_out(values, framework);
+  for (size_t k = 0; k < from_tree.size(); ++k) {
+    out[from_tree[k]] = py::make_tuple(path_out(report.filled[from_tree[k]].path), converted[k], false);
+  }
+  return out;
+}
+
 }  // namespace
 
 void bind_restore(py::module_& m) {
@@ -113,17 +222,18 @@ void bind_restore(py::module_& m) {
   m.def(
       "restore",
       [](py::object target, py::object source, bool strict, bool cast,
-         const std::vector<std::pair<std::string, std::string>>& casts, const std::vector<std::string>& defaults,
+         const std::vector<std::pair<std::string, std::string>>& casts, py::object defaults,
          const std::string& prefix, const std::vector<std::string>& only, py::object rename,
-         const std::string& framework) {
+         const std::string& framework, py::object nest) {
         const Framework fw = framework_from(framework);
+        std::vector<GivenDefault> given;
         RestoreOptions options{.strict = strict,
                                .dtype = cast ? DTypePolicy::kCast : DTypePolicy::kError,
                                .casts = casts_in(casts),
+                               .defaults = defaults_in(defaults, nest, given),
                                .prefix = prefix,
                                .only = only,
                                .rename = transforms_in(rename)};
-        for (const std::string& pattern : defaults) options.defaults.emplace_back(pattern, FieldDefault::keep());
         const Tree source_tree = source_in(source);
         if (target.is_none()) {
           RestoreReport report = ckpt::restore(source_tree, options);
@@ -138,28 +248,15 @@ void bind_restore(py::module_& m) {
           report = ckpt::restore(target_tree, source_tree, options);
         }
         py::dict out = report_out(report);
-        // Only the leaves that changed come back; the package puts them into
-        // the target's own structure.
-        // One conversion for all of them, so that tied leaves come out as one object.
-        Tree changed = Tree::list();
-        std::vector<const std::string*> names;
-        for (const std::string& name : report.restored) {
-          if (const Tree* leaf = report.tree.find_path(name)) {
-            changed.push_back(*leaf);
-            names.push_back(&name);
-          }
-        }
-        const py::list converted = value_out(changed, fw);
-        py::dict values;
-        for (size_t i = 0; i < names.size(); ++i) values[py::str(*names[i])] = converted[i];
-        out["values"] = values;
+        // Only the parts that were filled come back, by key path; the
+        // package puts them into the target's own structure.
+        out["filled"] = filled_out(report, given, fw);
         return out;
       },
       py::arg("target"), py::arg("source"), py::arg("strict") = true, py::arg("cast") = false,
-      py::arg("casts") = std::vector<std::pair<std::string, std::string>>{},
-      py::arg("defaults") = std::vector<std::string>{}, py::arg("prefix") = "",
-      py::arg("only") = std::vector<std::string>{}, py::arg("rename") = py::none(),
-      py::arg("framework") = "numpy");
+      py::arg("casts") = std::vector<std::pair<std::string, std::string>>{}, py::arg("defaults") = py::list(),
+      py::arg("prefix") = "", py::arg("only") = std::vector<std::string>{}, py::arg("rename") = py::none(),
+      py::arg("framework") = "numpy", py::arg("nest") = py::none());
 
   m.def(
       "load_renamed",

@@ -1,7 +1,8 @@
 // restore(): matching a source tree against a target by leaf name, see
 // include/ckpt/restore.h. Three passes: classify every target leaf (restored,
 // missing, defaulted, mismatched) without touching data; in strict mode throw
-// if anything is wrong; then build the result (casts, defaults, ties).
+// if anything is wrong; then build the result (casts, defaults, ties). Which
+// default covers a leaf and what it takes: restore/defaults.h.
 
 #include "ckpt/restore.h"
 
@@ -12,6 +13,7 @@
 #include <unordered_map>
 
 #include "ckpt/cast.h"
+#include "restore/defaults.h"
 
 namespace ckpt {
 namespace {
@@ -20,10 +22,6 @@ namespace {
 std::string describe(const Tree& leaf) {
   if (!leaf.is_tensor()) return std::string(tree_kind_name(leaf.kind()));
   return shape_text(leaf.tensor().shape()) + " " + std::string(dtype_name(leaf.tensor().dtype()));
-}
-
-bool has_glob_syntax(std::string_view pattern) {
-  return pattern.find_first_of("*?[") != std::string_view::npos;
 }
 
 enum class DTypeClass { kBool, kInt, kFloat, kComplex };
@@ -104,19 +102,21 @@ std::optional<Tensor> tensor_from_scalar(const Tree& leaf, DType dtype) {
 
 enum class Status { kOutOfScope, kRestored, kMissing, kDefaulted, kShape, kDType };
 
+using DefaultCover = detail::Cover;
+
 struct Match {
   Status status = Status::kOutOfScope;
   const Tree* source = nullptr;  // kRestored
   std::optional<Tree> value;     // a converted value (scalars), else the source
   bool cast = false;             // kRestored through cast()
-  size_t default_index = 0;      // kDefaulted
-  std::string relative;          // kDefaulted: path below the declaration
+  DefaultCover cover;            // kDefaulted
   std::string detail;            // kShape, kDType
 };
 
 class Matcher {
  public:
-  Matcher(const Tree& source, const RestoreOptions& options) : options_(options) {
+  Matcher(const Tree& source, const RestoreOptions& options, const detail::DeclaredDefaults* defaults = nullptr)
+      : options_(options), defaults_(defaults) {
     if (!options.rename.empty()) renamed_ = options.rename.apply(source);
     root_ = options.rename.empty() ? &source : &renamed_;
     source_leaves_ = root_->leaves();
@@ -134,7 +134,7 @@ class Matcher {
     return false;
   }
 
-  Match match(std::string_view name, const Tree& target) {
+  Match match(std::string_view name, const KeyPath& path, const Tree& target) {
     Match result;
     if (!in_scope(name)) return result;
     const auto found = index_.find(std::string(name));
@@ -154,14 +154,10 @@ class Matcher {
         return result;
       }
     }
-    for (size_t i = 0; i < options_.defaults.size(); ++i) {
-      const std::string& declared = options_.defaults[i].first;
-      if (has_glob_syntax(declared) ? glob_match(declared, name) : name_under(name, declared)) {
+    if (defaults_ != nullptr) {
+      if (std::optional<detail::Cover> cover = defaults_->cover(name, path)) {
         result.status = Status::kDefaulted;
-        result.default_index = i;
-        if (!has_glob_syntax(declared) && name.size() > declared.size()) {
-          result.relative = std::string(name.substr(declared.empty() ? 0 : declared.size() + 1));
-        }
+        result.cover = std::move(*cover);
         return result;
       }
     }
@@ -233,6 +229,7 @@ class Matcher {
   }
 
   const RestoreOptions& options_;
+  const detail::DeclaredDefaults* defaults_;
   Tree renamed_;
   const Tree* root_ = nullptr;
   std::vector<Tree::Leaf> source_leaves_;
@@ -285,6 +282,34 @@ std::string join(const std::vector<std::string>& names, const std::map<std::stri
   return text;
 }
 
+void collect_paths(const Tree& node, KeyPath& path, std::vector<std::pair<const Tree*, KeyPath>>& out) {
+  if (!node.is_container()) {
+    out.emplace_back(&node, path);
+    return;
+  }
+  for (const TreeEntry& entry : node.entries()) {
+    path.push_back(entry.key);
+    collect_paths(entry.value, path, out);
+    path.pop_back();
+  }
+}
+
+// The key path of each of `tree`'s `leaves` (Tree::leaves(), whose order a
+// depth-first walk repeats; checked leaf by leaf).
+std::vector<KeyPath> key_paths(const Tree& tree, const std::vector<Tree::Leaf>& leaves) {
+  std::vector<std::pair<const Tree*, KeyPath>> walked;
+  KeyPath path;
+  collect_paths(tree, path, walked);
+  std::vector<KeyPath> paths;
+  paths.reserve(walked.size());
+  for (size_t i = 0; i < walked.size(); ++i) {
+    if (i >= leaves.size() || walked[i].first != leaves[i].value) break;
+    paths.push_back(std::move(walked[i].second));
+  }
+  if (paths.size() != leaves.size()) throw Error(ErrorCode::kInvalidArgument, "restore: the leaf walk lost its way");
+  return paths;
+}
+
 }  // namespace
 
 FieldDefault FieldDefault::keep() { return FieldDefault(); }
@@ -296,24 +321,18 @@ FieldDefault FieldDefault::value(Tree value) {
   return result;
 }
 
+FieldDefault FieldDefault::factory(Factory factory) {
+  FieldDefault result;
+  result.kind_ = Kind::kFactory;
+  result.factory_ = std::move(factory);
+  return result;
+}
+
 FieldDefault FieldDefault::init(Initializer initializer) {
   FieldDefault result;
   result.kind_ = Kind::kInit;
   result.initializer_ = std::move(initializer);
   return result;
-}
-
-Tree FieldDefault::resolve(std::string_view name, std::string_view relative, const Tree& current) const {
-  switch (kind_) {
-    case Kind::kKeep: return current;
-    case Kind::kInit: return initializer_(name, current);
-    case Kind::kValue: break;
-  }
-  if (relative.empty()) return value_;
-  if (const Tree* found = value_.find_path(relative)) return *found;
-  throw Error(ErrorCode::kInvalidArgument,
-              "the default value declared for this field has no '" + std::string(relative) + "' for it",
-              {.entry = std::string(name)});
 }
 
 bool RestoreReport::ok() const noexcept {
@@ -347,13 +366,14 @@ MismatchError::MismatchError(RestoreReport report)
     : Error(ErrorCode::kMismatch, report.summary()), report_(std::move(report)) {}
 
 RestoreReport restore(const Tree& target, const Tree& source, const RestoreOptions& options) {
-  Matcher matcher(source, options);
+  detail::DeclaredDefaults defaults(options.defaults);
+  Matcher matcher(source, options, &defaults);
   RestoreReport report;
   report.tree = target;
   const std::vector<Tree::Leaf> leaves = report.tree.leaves();
+  std::vector<KeyPath> paths = key_paths(report.tree, leaves);
   std::vector<Match> matches(leaves.size());
-  for (size_t i = 0; i < leaves.size(); ++i) matches[i] = matcher.match(leaves[i].name, *leaves[i].value);
-
+  for (size_t i = 0; i < leaves.size(); ++i) matches[i] = matcher.match(leaves[i].name, paths[i], *leaves[i].value);
   // Tied target leaves: a missing one is filled from a restored partner.
   std::unordered_map<const std::byte*, std::vector<size_t>> ties;
   for (size_t i = 0; i < leaves.size(); ++i) {
@@ -403,9 +423,30 @@ RestoreReport restore(const Tree& target, const Tree& source, const RestoreOptio
     throw MismatchError(std::move(report));
   }
 
+  // Declared subtrees whose every leaf was defaulted by them take their
+  // value whole; each is filled in place of its first leaf.
+  std::vector<std::optional<size_t>> defaulted_by(leaves.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (matches[i].status == Status::kDefaulted) defaulted_by[i] = matches[i].cover.index;
+  }
+  const std::vector<detail::WholeField> whole = defaults.whole_fields(report.tree, paths, defaulted_by);
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> whole_of(leaves.size(), kNone);
+  for (size_t w = 0; w < whole.size(); ++w) {
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (detail::path_under(paths[i], whole[w].path)) whole_of[i] = w;
+    }
+  }
+  std::vector<bool> placed(whole.size(), false);
+
   for (size_t i = 0; i < leaves.size(); ++i) {
     Tree& slot = const_cast<Tree&>(*leaves[i].value);  // a node of report.tree, which we own
     Match& match = matches[i];
+    if (const size_t w = whole_of[i]; w != kNone) {
+      if (!placed[w]) report.filled.push_back({whole[w].path, whole[w].index, /*whole_default=*/true});
+      placed[w] = true;
+      continue;
+    }
     if (match.status == Status::kRestored) {
       if (match.value) {
         slot = std::move(*match.value);
@@ -414,16 +455,18 @@ RestoreReport restore(const Tree& target, const Tree& source, const RestoreOptio
       } else {
         slot = *match.source;
       }
+      report.filled.push_back({.path = std::move(paths[i])});
     } else if (match.status == Status::kDefaulted) {
-      Tree value = options.defaults[match.default_index].second.resolve(leaves[i].name, match.relative, slot);
-      if (slot.is_tensor() && value.is_tensor() && value.tensor().shape() != slot.tensor().shape()) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    "the default has shape " + shape_text(value.tensor().shape()) + ", the target " +
-                        shape_text(slot.tensor().shape()),
-                    {.entry = leaves[i].name});
-      }
-      slot = std::move(value);
+      const FieldDefault::Kind kind = defaults.kind(match.cover.index);
+      if (kind == FieldDefault::Kind::kKeep) continue;
+      slot = defaults.leaf_value(match.cover, leaves[i].name, slot);
+      const bool whole_value = match.cover.whole() && kind != FieldDefault::Kind::kInit;
+      report.filled.push_back({std::move(paths[i]), match.cover.index, whole_value});
     }
+  }
+  // Last: replacing a subtree ends the life of its leaves.
+  for (const detail::WholeField& field : whole) {
+    *detail::node_at(report.tree, field.path) = defaults.whole_value(field.index);
   }
   return report;
 }

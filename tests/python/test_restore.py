@@ -277,3 +277,77 @@ def test_tied_arrays_are_stored_once_and_come_back_as_one_array(tmp_path):
               "other": np.zeros(2, np.float32)}
     report = ckpt.restore(target, path)
     assert report.ok and report.tree["embed"] is report.tree["lm_head"]
+
+
+# ------------------------------------------------------------------ dotted keys
+
+def dotted_state():
+    """Two leaves whose dotted names collide: tree.h names the second one
+    with an escape ("a.b" and "a.b\\#1"); each must land in its own place."""
+    return {"a.b": arange(2, start=1), "a": {"b": arange(3, start=10), "c": arange(1, start=20)}}
+
+
+def zeros_like_nest(nest):
+    return {k: zeros_like_nest(v) if isinstance(v, dict) else np.zeros_like(v) for k, v in nest.items()}
+
+
+def test_dotted_keys_restore_each_leaf_into_its_own_place(tmp_path):
+    state = dotted_state()
+    path = tmp_path / "dotted.safetensors"
+    ckpt.save(path, state)
+    target = zeros_like_nest(state)
+    for source in (path, state):
+        report = ckpt.restore(target, source)
+        assert report.ok and len(report.restored) == 3
+        np.testing.assert_array_equal(report.tree["a.b"], state["a.b"])
+        np.testing.assert_array_equal(report.tree["a"]["b"], state["a"]["b"])
+        np.testing.assert_array_equal(report.tree["a"]["c"], state["a"]["c"])
+    assert not target["a"]["b"].any()
+
+
+def test_defaults_under_dotted_keys_are_found_by_key(tmp_path):
+    path = tmp_path / "old.safetensors"
+    ckpt.save(path, {"a.b": arange(2, start=1), "a": {"c": arange(1, start=20)}})  # a.b (the nested one) is new
+    target = zeros_like_nest(dotted_state())
+    report = ckpt.restore(target, path, defaults={"a": {"b": np.full(3, 7, np.float32)}})
+    assert len(report.defaulted) == 1 and report.ok
+    np.testing.assert_array_equal(report.tree["a.b"], arange(2, start=1))
+    np.testing.assert_array_equal(report.tree["a"]["b"], np.full(3, 7, np.float32))
+    np.testing.assert_array_equal(report.tree["a"]["c"], arange(1, start=20))
+    # Everything under "a" new: None takes the field's place whole.
+    ckpt.save(path, {"a.b": arange(2, start=1)})
+    report = ckpt.restore(target, path, defaults={"a": None})
+    assert len(report.defaulted) == 2 and report.tree["a"] is None
+    np.testing.assert_array_equal(report.tree["a.b"], arange(2, start=1))
+
+
+@dataclasses.dataclass
+class Run:
+    w: Any
+    ema: Any = ckpt.field(default=None)
+
+
+def test_field_markers_under_dotted_keys_cover_their_own_field(tmp_path):
+    # "r.ema" is both a key and the path to Run.ema: the marker covers the field.
+    path = tmp_path / "run.safetensors"
+    ckpt.save(path, {"r.ema": arange(2, start=1), "r": {"w": arange(2, start=5)}})
+    target = {"r.ema": np.zeros(2, np.float32), "r": Run(w=np.zeros(2, np.float32), ema=np.ones(3, np.float32))}
+    report = ckpt.restore(target, path)
+    assert report.ok and len(report.defaulted) == 1
+    np.testing.assert_array_equal(report.tree["r.ema"], arange(2, start=1))
+    assert type(report.tree["r"]) is Run and report.tree["r"].ema is None
+    np.testing.assert_array_equal(report.tree["r"].w, arange(2, start=5))
+
+
+def test_defaults_are_taken_only_when_needed_and_come_back_as_given(saved):
+    path, _ = saved
+    target = target_state()
+    target["extra"] = np.zeros(2, np.float32)
+    given = np.full(2, 3, np.float32)
+    report = ckpt.restore(target, path, defaults={
+        "step": object(),        # never needed: never converted
+        "model": lambda: 1 / 0,  # never needed: never called
+        "extra": given})
+    assert report.defaulted == ["extra"] and report.tree["extra"] is given
+    with pytest.raises(ZeroDivisionError):
+        ckpt.restore(target, path, defaults={"extra": lambda: 1 / 0})

@@ -339,5 +339,187 @@ TEST(RestoreTest, RawRestoreGivesTheSourceRenamedAndFiltered) {
   EXPECT_EQ(report.restored, (Names{"layers.1.b"}));  // the name survives the dropped item
 }
 
+// ---------------------------------------------------------------- defaults: the rules
+
+TEST(RestoreTest, AFactoryDefaultIsMadeOnceWhenFirstNeededAndNeverOtherwise) {
+  Tree target = target_tree();
+  Tree& ema = target.set("ema", Tree::map());
+  ema.set("w", filled({2}, 5.0f));
+  ema.set("b", filled({2}, 5.0f));
+  ema.set("c", filled({2}, 5.0f));
+  Tree source = matching_source();
+  source.set("ema.w", filled({2}, 1.0f));  // ema is partly in the checkpoint: leaf by leaf
+  int made = 0, never = 0;
+  RestoreOptions options;
+  options.defaults.emplace_back("ema", FieldDefault::factory([&made] {
+    ++made;
+    Tree value = Tree::map();
+    value.set("b", filled({2}, 0.25f));
+    value.set("c", filled({2}, 0.5f));
+    return value;
+  }));
+  options.defaults.emplace_back("model", FieldDefault::factory([&never] {
+    ++never;
+    return Tree();
+  }));
+  const RestoreReport report = restore(target, source, options);
+  EXPECT_EQ(report.defaulted, (Names{"ema.b", "ema.c"}));
+  EXPECT_EQ(made, 1);   // two leaves, one call
+  EXPECT_EQ(never, 0);  // nothing under "model" was missing
+  EXPECT_EQ(first(report.tree.at("ema.w")), 1.0f);
+  EXPECT_EQ(first(report.tree.at("ema.b")), 0.25f);
+  EXPECT_EQ(first(report.tree.at("ema.c")), 0.5f);
+}
+
+TEST(RestoreTest, AFieldWhoseEveryLeafIsDefaultedTakesTheWholeValue) {
+  Tree target = target_tree();
+  Tree& ema = target.set("ema", Tree::map());
+  ema.set("w", filled({2}, 5.0f));
+  ema.set("b", filled({2}, 5.0f));
+  RestoreOptions options;
+  options.defaults.emplace_back("ema", FieldDefault::value(Tree()));  // none in place of a map of tensors
+  RestoreReport report = restore(target, matching_source(), options);
+  EXPECT_EQ(report.defaulted, (Names{"ema.w", "ema.b"}));
+  ASSERT_NE(report.tree.find("ema"), nullptr);
+  EXPECT_TRUE(report.tree.find("ema")->is_none());
+  ASSERT_EQ(report.filled.size(), 5u);  // four restored leaves, then ema whole
+  EXPECT_EQ(report.filled[1].path, (KeyPath{"model", "encoder", "bias"}));
+  EXPECT_EQ(report.filled[1].default_index, FilledPart::kFromSource);
+  EXPECT_EQ(report.filled[4].path, (KeyPath{"ema"}));
+  EXPECT_EQ(report.filled[4].default_index, 0u);
+  EXPECT_TRUE(report.filled[4].whole_default);
+
+  // A map value gives each leaf its part, in the target's structure.
+  Tree ema_default = Tree::map();
+  ema_default.set("w", filled({2}, 0.5f));
+  ema_default.set("b", filled({2}, 0.25f));
+  ema_default.set("extra", Tree(int64_t{1}));
+  options.defaults = {{"ema", FieldDefault::value(ema_default)}};
+  report = restore(target, matching_source(), options);
+  EXPECT_EQ(report.tree.find("ema")->size(), 2u);
+  EXPECT_EQ(first(report.tree.at("ema.b")), 0.25f);
+  EXPECT_EQ(report.filled.size(), 6u);
+
+  // With one leaf in the checkpoint the others take parts of the value,
+  // which none does not have.
+  options.defaults = {{"ema", FieldDefault::value(Tree())}};
+  Tree source = matching_source();
+  source.set("ema.w", filled({2}, 1.0f));
+  EXPECT_THROW(restore(target, source, options), Error);
+
+  // A glob is never a whole field: each leaf takes the value.
+  options.defaults = {{"ema.*", FieldDefault::value(Tree())}};
+  report = restore(target, matching_source(), options);
+  ASSERT_TRUE(report.tree.find("ema")->is_map());
+  EXPECT_TRUE(report.tree.at("ema.w").is_none());
+  EXPECT_TRUE(report.tree.at("ema.b").is_none());
+  EXPECT_TRUE(report.filled[4].whole_default);
+  EXPECT_EQ(report.filled[5].path, (KeyPath{"ema", "b"}));
+}
+
+TEST(RestoreTest, ADefaultValueIsFoundByIntegerKeysAndListPositions) {
+  // Torch optimizer state has integer keys; the default's keys print the same.
+  Tree target = Tree::map();
+  Tree& state = target.set("opt", Tree::map()).set("state", Tree::map());
+  state.set(int64_t{0}, Tree::map()).set("m", filled({2}, 0.0f));
+  state.set(int64_t{1}, Tree::map()).set("m", filled({2}, 0.0f));
+  Tree& layers = target.set("layers", Tree::list());
+  layers.push_back(Tree::map()).set("w", filled({1}, 0.0f));
+  layers.push_back(Tree::map()).set("w", filled({1}, 0.0f));
+  Tree source = Tree::map();
+  source.set("opt.state.0.m", filled({2}, 1.0f));
+  source.set("layers.0.w", filled({1}, 1.0f));
+
+  Tree opt = Tree::map();
+  Tree& by_text = opt.set("state", Tree::map());
+  by_text.set("0", Tree::map()).set("m", filled({2}, 7.0f));
+  by_text.set("1", Tree::map()).set("m", filled({2}, 8.0f));
+  Tree as_list = Tree::list();
+  as_list.push_back(Tree::map()).set("w", filled({1}, 3.0f));
+  as_list.push_back(Tree::map()).set("w", filled({1}, 4.0f));
+  RestoreOptions options;
+  options.defaults.emplace_back("opt", FieldDefault::value(opt));
+  options.defaults.emplace_back("layers", FieldDefault::value(as_list));
+  RestoreReport report = restore(target, source, options);
+  EXPECT_EQ(report.defaulted, (Names{"opt.state.1.m", "layers.1.w"}));
+  EXPECT_EQ(first(report.tree.at("opt.state.1.m")), 8.0f);
+  EXPECT_EQ(first(report.tree.at("layers.1.w")), 4.0f);
+  EXPECT_FALSE(report.filled.back().whole_default);
+
+  // A list position in the target finds the key "1" of a map, and an
+  // integer key of the value finds the target's list position.
+  Tree as_map = Tree::map();
+  as_map.set(int64_t{1}, Tree::map()).set("w", filled({1}, 6.0f));
+  options.defaults[1] = {"layers", FieldDefault::value(as_map)};
+  report = restore(target, source, options);
+  EXPECT_EQ(first(report.tree.at("layers.1.w")), 6.0f);
+  as_map = Tree::map();
+  as_map.set("1", Tree::map()).set("w", filled({1}, 2.0f));
+  options.defaults[1] = {"layers", FieldDefault::value(as_map)};
+  EXPECT_EQ(first(restore(target, source, options).tree.at("layers.1.w")), 2.0f);
+}
+
+TEST(RestoreTest, TheFirstDeclarationThatCoversALeafWins) {
+  Tree target = target_tree();
+  Tree& ema = target.set("ema", Tree::map());
+  ema.set("w", filled({2}, 5.0f));
+  ema.set("b", filled({2}, 5.0f));
+  target.set("loss_scale", Tree(4.0));
+  Tree ema_default = Tree::map();
+  ema_default.set("w", filled({2}, 0.5f));
+  ema_default.set("b", filled({2}, 0.25f));
+  RestoreOptions options;
+  options.defaults.emplace_back("ema.w", FieldDefault::keep());
+  options.defaults.emplace_back("ema", FieldDefault::value(ema_default));
+  options.defaults.emplace_back("*", FieldDefault::value(Tree(1.0)));
+  const RestoreReport report = restore(target, matching_source(), options);
+  EXPECT_EQ(report.defaulted, (Names{"ema.w", "ema.b", "loss_scale"}));
+  // ema.w keeps its value: "ema" does not take it, whole or in part.
+  EXPECT_EQ(first(report.tree.at("ema.w")), 5.0f);
+  EXPECT_EQ(first(report.tree.at("ema.b")), 0.25f);
+  EXPECT_EQ(report.tree.at("loss_scale").real(), 1.0);
+}
+
+TEST(RestoreTest, DefaultsAndFilledPartsFollowKeysNotTheEscapedNames) {
+  // {"a.b": x, "a": {"b": y, "c": z}}: x is "a.b", y gets the escaped name.
+  Tree target = Tree::map();
+  target.set("a.b", filled({2}, 0.0f));
+  Tree& a = target.set("a", Tree::map());
+  a.set("b", filled({3}, 0.0f));
+  a.set("c", filled({1}, 0.0f));
+  Tree source = Tree::map();
+  source.set("a.b", filled({2}, 1.0f));
+  source.set("a", Tree::map()).set("c", filled({1}, 2.0f));
+  Tree a_default = Tree::map();
+  a_default.set("b", filled({3}, 7.0f));
+  RestoreOptions options;
+  options.defaults.emplace_back("a", FieldDefault::value(a_default));
+  RestoreReport report = restore(target, source, options);
+  EXPECT_EQ(report.restored, (Names{"a.b", "a.c"}));
+  ASSERT_EQ(report.defaulted.size(), 1u);
+  EXPECT_NE(report.defaulted[0], "a.b");
+  EXPECT_EQ(first(*report.tree.find("a.b")), 1.0f);
+  EXPECT_EQ(first(*report.tree.find("a")->find("b")), 7.0f);
+  EXPECT_EQ(first(*report.tree.find("a")->find("c")), 2.0f);
+  ASSERT_EQ(report.filled.size(), 3u);
+  EXPECT_EQ(report.filled[0].path, (KeyPath{"a.b"}));
+  EXPECT_EQ(report.filled[1].path, (KeyPath{"a", "b"}));
+  EXPECT_EQ(report.filled[2].path, (KeyPath{"a", "c"}));
+
+  // A key path selects exactly: {"a", "b"} is y alone, {"a.b"} x alone.
+  options.defaults = {{KeyPath{"a", "b"}, FieldDefault::value(Tree(filled({3}, 9.0f)))}};
+  report = restore(target, source, options);
+  EXPECT_EQ(first(*report.tree.find("a")->find("b")), 9.0f);
+  EXPECT_TRUE(report.filled[1].whole_default);
+  Tree only_c = Tree::map();
+  only_c.set("a", Tree::map()).set("c", filled({1}, 2.0f));
+  options.defaults = {{KeyPath{"a.b"}, FieldDefault::value(Tree(filled({2}, 9.0f)))},
+                      {KeyPath{"a", "b"}, FieldDefault::value(Tree(filled({3}, 8.0f)))}};
+  report = restore(target, only_c, options);
+  EXPECT_EQ(report.defaulted.size(), 2u);
+  EXPECT_EQ(first(*report.tree.find("a.b")), 9.0f);
+  EXPECT_EQ(first(*report.tree.find("a")->find("b")), 8.0f);
+}
+
 }  // namespace
 }  // namespace ckpt
