@@ -9,7 +9,7 @@
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
 #include "io/mapped_file.h"
-#include "io/parallel.h"
+#include "core/parallel.h"
 
 namespace ckpt {
 namespace {

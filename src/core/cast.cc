@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ckpt/error.h"
-#include "io/parallel.h"
+#include "core/parallel.h"
 
 namespace ckpt {
 namespace {

@@ -1,5 +1,4 @@
 #include "io/atomic_file.h"
-#include "io/parallel.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,6 +15,7 @@
 #include <thread>
 
 #include "ckpt/error.h"
+#include "core/parallel.h"
 
 namespace ckpt::detail {
 namespace {

@@ -14,7 +14,7 @@
 #include "formats/orbax/zarr.h"
 #include "formats/tree_json.h"
 #include "io/mapped_file.h"
-#include "io/parallel.h"
+#include "core/parallel.h"
 
 namespace ckpt::orbax_detail {
 namespace {

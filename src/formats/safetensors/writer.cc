@@ -17,7 +17,7 @@
 #include "formats/safetensors/layout.h"
 #include "formats/tree_json.h"
 #include "io/atomic_file.h"
-#include "io/parallel.h"
+#include "core/parallel.h"
 
 namespace ckpt::safetensors_detail {
 namespace {
