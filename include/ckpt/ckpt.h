@@ -3,6 +3,7 @@
 
 #include "ckpt/buffer.h"
 #include "ckpt/cast.h"
+#include "ckpt/checksum.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/diff.h"
 #include "ckpt/dtype.h"

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/checksum.h"
 #include "ckpt/dtype.h"
 #include "ckpt/tree.h"
 
@@ -20,11 +21,6 @@ namespace ckpt {
 // String key/value pairs stored beside the tensors (safetensors' __metadata__
 // minus ckpt's own key).
 using Metadata = std::map<std::string, std::string>;
-
-// Checksum stored beside the tensors and checked by verify: ckpt's own
-// per-tensor xxh3 or CRC-32C, or the zip CRC-32 of the record holding a
-// tensor's storage (torch files; read only).
-enum class ChecksumKind { kNone, kXxh3, kCrc32c, kCrc32 };
 
 // One stored tensor, in file order.
 struct EntryInfo {

@@ -96,6 +96,20 @@ std::string checksum_hex(ChecksumKind kind, std::span<const std::byte> bytes) {
   return "";
 }
 
+size_t checksum_hex_width(ChecksumKind kind) {
+  switch (kind) {
+    case ChecksumKind::kNone: return 0;
+    case ChecksumKind::kXxh3: return 16;
+    case ChecksumKind::kCrc32c:
+    case ChecksumKind::kCrc32: return 8;
+  }
+  return 0;
+}
+
+}  // namespace ckpt::detail
+
+namespace ckpt {
+
 std::string_view checksum_name(ChecksumKind kind) {
   switch (kind) {
     case ChecksumKind::kNone: return "none";
@@ -114,14 +128,5 @@ ChecksumKind checksum_from_name(std::string_view name) {
   throw Error(ErrorCode::kUnsupported, "unknown checksum kind '" + std::string(name) + "' (known: xxh3, crc32c, crc32, none)");
 }
 
-size_t checksum_hex_width(ChecksumKind kind) {
-  switch (kind) {
-    case ChecksumKind::kNone: return 0;
-    case ChecksumKind::kXxh3: return 16;
-    case ChecksumKind::kCrc32c:
-    case ChecksumKind::kCrc32: return 8;
-  }
-  return 0;
-}
+}  // namespace ckpt
 
-}  // namespace ckpt::detail

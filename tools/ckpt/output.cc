@@ -31,7 +31,7 @@ std::string count_text(uint64_t count, std::string_view noun) {
   return text;
 }
 
-std::string_view checksum_text(ChecksumKind kind) { return detail::checksum_name(kind); }
+std::string_view checksum_text(ChecksumKind kind) { return checksum_name(kind); }
 
 void write_shape_json(detail::JsonWriter& json, const Shape& shape) {
   json.begin_array();

@@ -497,7 +497,7 @@ class Reader {
                       const std::vector<Tensor>& tensors, Contents& contents, Find& find, Bad& bad) const {
     std::string_view kind_name;
     if (kind_value.get_string().get(kind_name)) bad("\"checksum\" is not a string");
-    const ChecksumKind kind = detail::checksum_from_name(kind_name);  // kUnsupported if unknown
+    const ChecksumKind kind = checksum_from_name(kind_name);  // kUnsupported if unknown
     if (kind == ChecksumKind::kNone) return;
     object sums;
     if (!sums_value || sums_value->get_object().get(sums)) bad("\"checksums\" is missing or not an object");

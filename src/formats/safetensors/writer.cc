@@ -240,7 +240,7 @@ class HeaderBuilder {
     detail::write_tree_json(out, tree_, leaves_);
     if (checksummed()) {
       out.key(kChecksumField);
-      out.string(detail::checksum_name(options_.checksum));
+      out.string(checksum_name(options_.checksum));
       out.key(kChecksumsField);
     }
     return out.take();
