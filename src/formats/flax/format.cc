@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "ckpt/error.h"
+#include "core/dtype_sets.h"
+#include "core/text.h"
 #include "formats/flax/layout.h"
 #include "formats/flax/msgpack.h"
 
@@ -42,7 +44,7 @@ bool plausible_value(Cursor& cursor, size_t depth) {
       // Strings and bytes are small in Flax files: one that runs past the
       // head is more likely a random length than a Flax leaf.
       const auto text = cursor.text(token);
-      return text && valid_utf8(*text);
+      return text && detail::valid_utf8(*text);
     }
     case TokenKind::kBin: return cursor.payload(token).has_value();
     case TokenKind::kArray:
@@ -55,7 +57,7 @@ bool plausible_value(Cursor& cursor, size_t depth) {
         const Token key = cursor.next();
         if (key.kind == TokenKind::kStr) {
           const auto text = cursor.text(key);
-          if (!text || !valid_utf8(*text)) return false;
+          if (!text || !detail::valid_utf8(*text)) return false;
         } else if (depth == 0 && i == 0) {
           return false;  // flax's keys are strings: the first one must be
         } else if (key.kind != TokenKind::kUInt && key.kind != TokenKind::kInt) {
@@ -116,17 +118,10 @@ class FlaxFormat final : public Format {
   }
   std::vector<std::string_view> extensions() const override { return {".msgpack"}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = true, .nested_tree = true, .checksums = false, .metadata = false};
+    return {.read = true, .write = true, .nested_tree = true, .checksums = false, .metadata = false,
+            .colliding_names = true, .ties = true};
   }
-  std::vector<DType> dtypes() const override {
-    std::vector<DType> result;
-    // Every numpy / ml_dtypes dtype; not torch's packed float4 pairs, which
-    // neither has (the reference readers refuse them).
-    for (const DTypeInfo& info : all_dtypes()) {
-      if (info.dtype != DType::kFloat4E2M1FNx2) result.push_back(info.dtype);
-    }
-    return result;
-  }
+  std::vector<DType> dtypes() const override { return detail::numpy_and_ml_dtypes(); }
 
   bool detect(std::span<const std::byte> head, uint64_t file_size) const override {
     return flax_detail::detect_head(head, file_size);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "formats/flax/layout.h"
 #include "formats/flax/msgpack.h"
 #include "io/mapped_file.h"
@@ -110,9 +111,7 @@ class Reader {
 
   // The dotted path of the value being read, for messages.
   std::string entry() const {
-    std::string name;
-    for (const std::string& key : keys_) name += (name.empty() ? "" : ".") + key;
-    return name;
+    return detail::join_names(keys_);
   }
 
  private:
@@ -147,7 +146,7 @@ class Reader {
 
   std::string_view utf8(const Token& token) const {
     const std::string_view text = *cursor_.text(token);
-    if (!valid_utf8(text)) fail(ErrorCode::kCorrupt, "msgpack str is not valid UTF-8", token.offset);
+    if (!detail::valid_utf8(text)) fail(ErrorCode::kCorrupt, "msgpack str is not valid UTF-8", token.offset);
     return text;
   }
 

@@ -100,7 +100,7 @@ class NpzFormat final : public Format {
   std::string_view id() const override { return "npz"; }
   std::string_view description() const override { return "NumPy .npz (zip of .npy arrays)"; }
   std::vector<std::string_view> extensions() const override { return {".npz"}; }
-  FormatCapabilities capabilities() const override { return {.read = true, .write = true}; }
+  FormatCapabilities capabilities() const override { return {.read = true, .write = true, .ties = true}; }
   std::vector<DType> dtypes() const override { return numpy_dtypes(); }
 
   // A zip whose first member is "<key>.npy" (torch's zips start with

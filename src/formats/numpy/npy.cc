@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "formats/numpy/npy_layout.h"
 #include "formats/zip/zip_layout.h"
 
@@ -35,10 +36,7 @@ std::string quoted(std::string_view text) {
     if (byte >= 0x20 && byte < 0x7F) {
       out.push_back(c);
     } else {
-      static constexpr char kDigits[] = "0123456789abcdef";
-      out += "\\x";
-      out.push_back(kDigits[byte >> 4]);
-      out.push_back(kDigits[byte & 0xF]);
+      out += "\\x" + detail::hex_digits(byte, 2);
     }
   }
   out += text.size() > kMax ? "'..." : "'";

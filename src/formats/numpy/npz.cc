@@ -4,7 +4,6 @@
 // extras on, each member's data is 64-byte aligned by a padding extra field,
 // and tied tensors are stored once, the others named in the archive comment).
 
-#include <simdjson.h>
 
 #include <algorithm>
 #include <cstring>
@@ -13,6 +12,7 @@
 #include <tuple>
 
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "formats/numpy/npy_layout.h"
 #include "formats/ties.h"
 #include "formats/zip/zip_reader.h"
@@ -47,7 +47,7 @@ void check_leaf(const std::filesystem::path& path, const Tree::Leaf& leaf) {
   }
   // Non-ASCII names get zip's UTF-8 flag, which readers hold to; and an
   // alias's name goes into the comment's JSON.
-  if (!simdjson::validate_utf8(leaf.name.data(), leaf.name.size())) {
+  if (!detail::valid_utf8(leaf.name)) {
     throw Error(ErrorCode::kUnsupported, "a tensor name that is not valid UTF-8 cannot be an npz key",
                 {.path = path, .entry = leaf.name});
   }

@@ -10,6 +10,7 @@
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
+#include "core/text.h"
 #include "formats/orbax/compression.h"
 #include "formats/orbax/ocdbt_layout.h"
 
@@ -36,12 +37,6 @@ uint64_t load_le(const std::byte* p, int bytes) {
   uint64_t value = 0;
   for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | uint64_t(p[i]);
   return value;
-}
-
-std::string hex32(uint32_t value) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%08x", value);
-  return text;
 }
 
 // Reads the columns of a decoded body, each read checked against its end.
@@ -112,7 +107,7 @@ std::vector<std::byte> open_envelope(std::span<const std::byte> encoded, uint32_
                        std::to_string(kEnvelopeMinSize) + " of magic, length and checksum");
   }
   const uint32_t stored_magic = load_u32_be(encoded.data());
-  if (stored_magic != magic) corrupt(where, "bad magic " + hex32(stored_magic) + " (expected " + hex32(magic) + ")");
+  if (stored_magic != magic) corrupt(where, "bad magic 0x" + detail::hex8(stored_magic) + " (expected 0x" + detail::hex8(magic) + ")");
   const uint64_t length = load_le(encoded.data() + 4, 8);
   if (length != encoded.size()) {
     corrupt(where, "length field says " + std::to_string(length) + " bytes, but it has " +
@@ -122,7 +117,7 @@ std::vector<std::byte> open_envelope(std::span<const std::byte> encoded, uint32_
   const auto stored_crc = static_cast<uint32_t>(load_le(encoded.data() + checked, 4));
   const uint32_t actual_crc = detail::crc32c(encoded.first(checked));
   if (stored_crc != actual_crc) {
-    corrupt(where, "CRC-32C mismatch: stored " + hex32(stored_crc) + ", computed " + hex32(actual_crc));
+    corrupt(where, "CRC-32C mismatch: stored 0x" + detail::hex8(stored_crc) + ", computed 0x" + detail::hex8(actual_crc));
   }
   Cursor header(encoded.subspan(kEnvelopeHeaderSize, checked - kEnvelopeHeaderSize), where);
   const uint32_t version = header.varint32("version");

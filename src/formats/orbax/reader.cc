@@ -212,7 +212,7 @@ class ItemReader {
         const OcdbtValue* chunk = store_->find(name + "/" + key);
         if (chunk == nullptr) return std::nullopt;
         return store_->read(*chunk);
-      }, context, defer_);
+      }, context, {.defer = defer_});
     }
     const fs::path array_dir = dir_ / name;
     const fs::path zarray = array_dir / ".zarray";
@@ -225,7 +225,7 @@ class ItemReader {
       if (!is_file(chunk)) return std::nullopt;
       const auto file = detail::MappedFile::open(chunk);
       return file->slice(0, file->size());
-    }, {.path = array_dir, .entry = name}, defer_);
+    }, {.path = array_dir, .entry = name}, {.defer = defer_});
   }
 
   fs::path dir_;

@@ -286,7 +286,7 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
     // zarr chunks are positive: an empty array states chunks of 1 and stores none.
     Shape chunks = tensor.shape();
     for (int64_t& dimension : chunks) dimension = std::max<int64_t>(dimension, 1);
-    const std::string zarray = zarray_json(tensor.dtype(), tensor.shape(), chunks, false, 0);
+    const std::string zarray = zarray_json(tensor.dtype(), tensor.shape(), chunks, {.zstd_level = std::nullopt});
     write_text(array_dir / ".zarray", zarray, options);
     if (tensor.numel() > 0) {
       ZarrArray layout;

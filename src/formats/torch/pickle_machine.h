@@ -126,7 +126,7 @@ class Machine {
   }
   PyObject* take_str(uint64_t length) {
     std::string text = take_string(length);
-    if (!valid_utf8(text)) fail("string is not valid UTF-8");
+    if (!detail::valid_utf8(text, kPickleUtf8)) fail("string is not valid UTF-8");
     return make_text(Kind::kStr, std::move(text));
   }
 

@@ -104,7 +104,7 @@ void Machine::step(uint8_t op) {
       const uint64_t length = op == kBinString ? take_le(4) : take_le(1);
       if (op == kBinString && (length & 0x80000000u)) fail("BINSTRING with a negative length");
       std::string text = take_string(length);
-      const bool utf8 = valid_utf8(text);
+      const bool utf8 = detail::valid_utf8(text, kPickleUtf8);
       push(make_text(utf8 ? Kind::kStr : Kind::kBytes, std::move(text)));
       return;
     }
@@ -275,47 +275,9 @@ void Machine::step(uint8_t op) {
     case kNextBuffer:
     case kReadonlyBuffer: fail("out-of-band buffers (pickle protocol 5) are not supported", ErrorCode::kUnsupported);
     default: {
-      static constexpr char kHex[] = "0123456789abcdef";
-      fail(std::string("unknown pickle opcode 0x") + kHex[op >> 4] + kHex[op & 15]);
+      fail("unknown pickle opcode 0x" + detail::hex_digits(op, 2));
     }
   }
-}
-
-bool valid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t length = 0;
-    uint32_t code = 0;
-    if ((c & 0xE0) == 0xC0) {
-      length = 2, code = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      length = 3, code = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      length = 4, code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (n - i < length) return false;
-    for (size_t k = 1; k < length; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      code = code << 6 | (s[i + k] & 0x3F);
-    }
-    // Overlong forms and values past U+10FFFF are invalid; surrogates are
-    // allowed, as Python pickles them with "surrogatepass".
-    if ((length == 2 && code < 0x80) || (length == 3 && code < 0x800) || (length == 4 && code < 0x10000) ||
-        code > 0x10FFFF) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
 }
 
 Pickle unpickle(std::span<const std::byte> bytes, const UnpickleOptions& options) {

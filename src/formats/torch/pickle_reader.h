@@ -24,6 +24,7 @@
 
 #include "ckpt/dtype.h"
 #include "ckpt/tensor.h"
+#include "core/text.h"
 
 namespace ckpt::torch_detail {
 
@@ -151,8 +152,9 @@ struct Pickle {
 // buffers, the extension registry).
 Pickle unpickle(std::span<const std::byte> bytes, const UnpickleOptions& options = {});
 
-// True if `text` is UTF-8 as Python's pickle accepts it (surrogates allowed).
-bool valid_utf8(std::string_view text);
+// UTF-8 as Python's pickle accepts it: surrogates allowed, as str pickles
+// them with "surrogatepass" (detail::valid_utf8(text, kPickleUtf8)).
+inline constexpr detail::Utf8Options kPickleUtf8{.allow_surrogates = true};
 
 // The allowlisted meaning of module.name, or nullopt.
 struct GlobalInfo {

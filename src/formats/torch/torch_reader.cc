@@ -8,6 +8,7 @@
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/strided.h"
+#include "core/text.h"
 #include "formats/zip/zip_layout.h"
 #include "formats/torch/torch_writer.h"
 #include "formats/zip/zip_reader.h"
@@ -23,13 +24,6 @@ constexpr size_t kMaxDepth = 512;
 // one opcode stand for a whole subtree; legitimate files stay far below).
 constexpr size_t kExpansionSlack = 1 << 16;
 constexpr int64_t kLegacyProtocolVersion = 1001;
-
-std::string hex8(uint32_t value) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(8, '0');
-  for (int i = 7; i >= 0; --i, value >>= 4) out[static_cast<size_t>(i)] = kHex[value & 15];
-  return out;
-}
 
 // Byte-swapped copy of `bytes`, `unit` bytes at a time (big-endian files).
 Buffer swapped(const Buffer& bytes, size_t unit) {
@@ -59,10 +53,7 @@ class TreeBuilder {
  private:
   std::string path_name() const {
     std::string name;
-    for (const Key& key : path_) {
-      if (!name.empty()) name += '.';
-      name += key_to_string(key);
-    }
+    for (const Key& key : path_) detail::append_name(name, key_to_string(key));
     return name;
   }
 
@@ -378,7 +369,7 @@ Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOpti
     const bool stored = entry->method == zip_detail::kMethodStored;
     return StorageBytes{.bytes = bytes.slice(0, nbytes),
                         .file_offset = stored ? entry->data_offset : 0,
-                        .checksum = hex8(entry->crc32)};
+                        .checksum = detail::hex8(entry->crc32)};
   };
   TensorMaker maker(pickle, big_endian, load);
   Contents contents = contents_of(pickle, pickle_bytes.size(), maker, ChecksumKind::kCrc32);

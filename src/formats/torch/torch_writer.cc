@@ -6,6 +6,7 @@
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/strided.h"
+#include "core/text.h"
 #include "formats/torch/pickle_reader.h"
 #include "formats/torch/pickle_writer.h"
 #include "formats/zip/zip_writer.h"
@@ -195,11 +196,11 @@ class PickleEmitter {
 
  private:
   static std::string child(const std::string& name, const Key& key) {
-    return name.empty() ? key_to_string(key) : name + "." + key_to_string(key);
+    return detail::join_name(name, key_to_string(key));
   }
 
   void text(const std::string& value, const std::string& name) {
-    if (!valid_utf8(value)) {
+    if (!detail::valid_utf8(value, kPickleUtf8)) {
       throw Error(ErrorCode::kUnsupported, "string is not valid UTF-8, which torch cannot load", {.entry = name});
     }
     out_.str(value);
@@ -325,7 +326,7 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
     metadata.empty_dict();
     metadata.mark();
     for (const auto& [key, value] : options.metadata) {
-      if (!valid_utf8(key) || !valid_utf8(value)) {
+      if (!detail::valid_utf8(key, kPickleUtf8) || !detail::valid_utf8(value, kPickleUtf8)) {
         throw Error(ErrorCode::kUnsupported, "metadata is not valid UTF-8", {.path = path, .entry = key});
       }
       metadata.str(key);
