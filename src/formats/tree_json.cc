@@ -32,10 +32,6 @@ constexpr uint64_t kQuietNanBits = 0x7ff8000000000000ull;
 
 constexpr char kBase64Alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-
-  return text;
-}
-
 class SkeletonWriter {
  public:
   SkeletonWriter(JsonWriter& out, std::span<const Tree::Leaf> tensor_leaves)

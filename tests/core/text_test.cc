@@ -9,18 +9,23 @@ namespace ckpt::detail {
 namespace {
 
 TEST(TextTest, Utf8AcceptsWellFormedText) {
-  for (const std::string text : {"", "plain ascii", "d\xc3\xa9" "codeur", "\xe5\xb1\x82", "emoji \xf0\x9f\x99\x82",
-                                 "\xf4\x8f\xbf\xbf" /* U+10FFFF */, std::string("nul\0inside", 10)}) {
+  const std::vector<std::string> texts = {
+      "", "plain ascii", "d\xc3\xa9" "codeur", "\xe5\xb1\x82", "emoji \xf0\x9f\x99\x82",
+      "\xf4\x8f\xbf\xbf",                   // U+10FFFF
+      std::string("nul\0inside", 10)};
+  for (const std::string& text : texts) {
     EXPECT_TRUE(valid_utf8(text)) << text;
     EXPECT_TRUE(valid_utf8(text, {.allow_surrogates = true})) << text;
   }
 }
 
 TEST(TextTest, Utf8RefusesMalformedText) {
-  for (const std::string text : {"\x80", "\xff", "\xc3", "ab\xe5\xb1", "\xf0\x9f\x99",  // stray, invalid, truncated
-                                 "\xc0\xaf", "\xe0\x80\xaf", "\xf0\x80\x80\xaf",          // overlong
-                                 "\xf4\x90\x80\x80",                                    // past U+10FFFF
-                                 "\xc3\x28", "\xf8\x88\x80\x80\x80"}) {                 // bad continuation, 5 bytes
+  const std::vector<std::string> texts = {
+      "\x80", "\xff", "\xc3", "ab\xe5\xb1", "\xf0\x9f\x99",  // stray, invalid, truncated
+      "\xc0\xaf", "\xe0\x80\xaf", "\xf0\x80\x80\xaf",        // overlong
+      "\xf4\x90\x80\x80",                                  // past U+10FFFF
+      "\xc3\x28", "\xf8\x88\x80\x80\x80"};                 // bad continuation, 5 bytes
+  for (const std::string& text : texts) {
     EXPECT_FALSE(valid_utf8(text)) << text;
     EXPECT_FALSE(valid_utf8(text, {.allow_surrogates = true})) << text;
   }
@@ -28,7 +33,7 @@ TEST(TextTest, Utf8RefusesMalformedText) {
 
 TEST(TextTest, SurrogatesOnlyWhenAllowed) {
   // U+D800 and U+DFFF as Python's "surrogatepass" encodes them.
-  for (const std::string text : {"\xed\xa0\x80", "x\xed\xbf\xbfy"}) {
+  for (const std::string& text : std::vector<std::string>{"\xed\xa0\x80", "x\xed\xbf\xbfy"}) {
     EXPECT_FALSE(valid_utf8(text)) << "the Unicode standard refuses surrogates";
     EXPECT_TRUE(valid_utf8(text, {.allow_surrogates = true})) << "pickles carry them";
   }

@@ -10,8 +10,8 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
+#include "formats/tf/format.h"
 #include "formats/tf/index_table.h"
-#include "formats/tf/tf_format.h"
 #include "formats/tf_test_builder.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"

@@ -4,6 +4,8 @@
 // hands text and array bytes to AtomicFile::write_parallel as positioned
 // writes; array bytes are never copied into the text.
 
+#include "formats/flax/writer.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>

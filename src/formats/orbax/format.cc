@@ -2,7 +2,7 @@
 // zarr.cc and metadata.cc), writing in writer.cc; the byte layout in
 // ocdbt_layout.h and docs/formats/orbax.md.
 
-#include "formats/orbax/orbax_format.h"
+#include "formats/orbax/format.h"
 
 #include "ckpt/error.h"
 #include "core/dtype_sets.h"
@@ -27,7 +27,7 @@ class OrbaxFormat final : public Format {
   // A directory is never a single file: detect_path() claims it.
   bool detect(std::span<const std::byte> head, uint64_t file_size) const override { return false; }
   bool detect_path(const std::filesystem::path& path) const override {
-    return orbax_detail::is_orbax_directory(path);
+    return orbax_detail::detect_checkpoint(path);
   }
 
   Contents read(const std::filesystem::path& path, const LoadOptions& options) const override {

@@ -12,6 +12,7 @@
 #include "core/checksum.h"
 #include "core/text.h"
 #include "formats/orbax/compression.h"
+#include "formats/orbax/layout.h"
 #include "formats/orbax/ocdbt_layout.h"
 
 namespace ckpt::orbax_detail {
@@ -193,7 +194,7 @@ class Loader {
   explicit Loader(std::filesystem::path root) : root_(std::move(root)) {}
 
   std::map<std::string, OcdbtValue, std::less<>> load() {
-    const std::filesystem::path manifest_path = root_ / "manifest.ocdbt";
+    const std::filesystem::path manifest_path = root_ / kOcdbtManifestFile;
     const auto manifest = detail::MappedFile::open(manifest_path);
     read_manifest(manifest->bytes(), {manifest_path, 0, "manifest"});
     return std::move(values_);
@@ -306,10 +307,10 @@ class Loader {
   void read_btree_node(const NodeReference& reference, uint8_t expected_height, const std::string& prefix) {
     if (++nodes_ > kMaxBtreeNodes) {
       throw Error(ErrorCode::kCorrupt, "more than " + std::to_string(kMaxBtreeNodes) + " b-tree nodes",
-                  {.path = root_ / "manifest.ocdbt"});
+                  {.path = root_ / kOcdbtManifestFile});
     }
     const std::string what = prefix.empty() ? "b-tree node" : "b-tree node under '" + prefix + "'";
-    const auto encoded = resolve(reference, what, root_ / "manifest.ocdbt");
+    const auto encoded = resolve(reference, what, root_ / kOcdbtManifestFile);
     const Where where{root_ / reference.file->path, reference.offset, what};
     const std::vector<std::byte> body = open_envelope(encoded, kBtreeNodeMagic, where);
     Cursor cursor(body, where);

@@ -8,6 +8,7 @@
 #include "ckpt/error.h"
 #include "core/json_writer.h"
 #include "core/parallel.h"
+#include "formats/orbax/layout.h"
 #include "formats/orbax/metadata.h"
 #include "formats/orbax/reader.h"
 #include "formats/orbax/zarr.h"
@@ -21,15 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Orbax's handler for a PyTree item (its _CHECKPOINT_METADATA names it).
-constexpr std::string_view kPyTreeHandler = "orbax.checkpoint._src.handlers.pytree_checkpoint_handler.PyTreeCheckpointHandler";
-
 // Names Orbax and OCDBT use inside an item directory.
 bool reserved(std::string_view name) {
-  static const std::set<std::string_view> kNames = {"_METADATA", "_CHECKPOINT_METADATA", "_strings.json", "_sharding",
-                                                    "array_metadatas", "d", "manifest.ocdbt", "commit_success.txt",
-                                                    ".", ".."};
-  return kNames.contains(name) || name.starts_with("ocdbt.process_");
+  static const std::set<std::string_view> kNames = {
+      kTreeMetadataFile, kCheckpointMetadataFile, kStringsFile,       kShardingFile, kArrayMetadataFolder,
+      kOcdbtDataFolder,  kOcdbtManifestFile,      kCommitSuccessFile, ".",           ".."};
+  return kNames.contains(name) || name.starts_with(kOcdbtProcessPrefix);
 }
 
 // One leaf as Orbax stores it.
@@ -229,7 +227,7 @@ void check_target(const fs::path& path) {
     throw Error(ErrorCode::kInvalidArgument, "an Orbax checkpoint is a directory; refusing to replace this file",
                 {.path = path});
   }
-  if (!is_orbax_directory(path) && !fs::is_empty(path, error)) {
+  if (!detect_checkpoint(path) && !fs::is_empty(path, error)) {
     throw Error(ErrorCode::kInvalidArgument,
                 "refusing to replace a non-empty directory that is not an Orbax checkpoint", {.path = path});
   }
@@ -258,8 +256,8 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
 
   detail::AtomicDirectory directory(path, {.fsync = options.fsync, .files_synced = false});
   const fs::path& root = directory.path();
-  write_text(root / "_METADATA", tree_metadata_json(leaves), options);
-  write_text(root / "_CHECKPOINT_METADATA", checkpoint_metadata, options);
+  write_text(root / kTreeMetadataFile, tree_metadata_json(leaves), options);
+  write_text(root / kCheckpointMetadataFile, checkpoint_metadata, options);
   if (has_strings) {
     detail::JsonWriter strings;
     strings.begin_object();
@@ -269,7 +267,7 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
       strings.string(leaf.text);
     }
     strings.end_object();
-    write_text(root / "_strings.json", strings.text(), options);
+    write_text(root / kStringsFile, strings.text(), options);
   }
   std::vector<const PlannedLeaf*> arrays;
   for (const PlannedLeaf& leaf : leaves) {
@@ -287,7 +285,7 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
     Shape chunks = tensor.shape();
     for (int64_t& dimension : chunks) dimension = std::max<int64_t>(dimension, 1);
     const std::string zarray = zarray_json(tensor.dtype(), tensor.shape(), chunks, {.zstd_level = std::nullopt});
-    write_text(array_dir / ".zarray", zarray, options);
+    write_text(array_dir / kZarrayFile, zarray, options);
     if (tensor.numel() > 0) {
       ZarrArray layout;
       layout.shape = tensor.shape();

@@ -2,7 +2,7 @@
 // reader.cc and writer.cc; the byte layout in layout.h and
 // docs/formats/safetensors.md.
 
-#include "formats/safetensors/safetensors_format.h"
+#include "formats/safetensors/format.h"
 
 #include "ckpt/error.h"
 #include "formats/safetensors/reader.h"

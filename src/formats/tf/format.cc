@@ -3,7 +3,7 @@
 // reader.cc and writer.cc; the .index table in index_table.cc; names in
 // names.cc; the byte layout in layout.h and docs/formats/tf.md.
 
-#include "formats/tf/tf_format.h"
+#include "formats/tf/format.h"
 
 #include "ckpt/error.h"
 #include "formats/tf/paths.h"

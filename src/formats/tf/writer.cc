@@ -10,6 +10,7 @@
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
+#include "core/json_writer.h"
 #include "core/text.h"
 #include "formats/tf/layout.h"
 #include "formats/tf/names.h"
@@ -17,7 +18,6 @@
 #include "formats/tf/strings.h"
 #include "formats/tf/tensor_bundle.pb.h"
 #include "formats/tree_json.h"
-#include "core/json_writer.h"
 #include "io/atomic_file.h"
 
 namespace ckpt::tf_detail {

@@ -1,4 +1,4 @@
-#include "formats/zip/zip_reader.h"
+#include "formats/zip/reader.h"
 
 #include <libdeflate.h>
 
@@ -9,7 +9,7 @@
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/text.h"
-#include "formats/zip/zip_layout.h"
+#include "formats/zip/layout.h"
 
 namespace ckpt::zip_detail {
 namespace {
@@ -449,7 +449,7 @@ Buffer ZipReader::read(const ZipEntry& entry, const ZipReadOptions& options) con
   return output;
 }
 
-bool looks_like_zip(std::span<const std::byte> head, uint64_t file_size) {
+bool detect_zip(std::span<const std::byte> head, uint64_t file_size) {
   if (head.size() >= 4 && load_u32(head.data()) == kLocalHeaderSignature) return true;
   if (head.size() >= kEndRecordSize && load_u32(head.data()) == kEndRecordSignature) {
     return file_size == kEndRecordSize + load_u16(head.data() + end_record::kCommentLength);

@@ -1,4 +1,4 @@
-#include "formats/torch/torch_writer.h"
+#include "formats/torch/writer.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -7,9 +7,10 @@
 #include "core/checksum.h"
 #include "core/strided.h"
 #include "core/text.h"
+#include "formats/torch/layout.h"
 #include "formats/torch/pickle_reader.h"
 #include "formats/torch/pickle_writer.h"
-#include "formats/zip/zip_writer.h"
+#include "formats/zip/writer.h"
 #include "io/atomic_file.h"
 
 namespace ckpt::torch_detail {
@@ -275,7 +276,7 @@ std::string serialization_id(std::string_view pickle, const std::vector<StorageO
 
 }  // namespace
 
-void write_torch(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
+void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
   std::vector<View> views;
   for (const Tree::Leaf& leaf : tree.tensor_leaves()) {
     const Tensor& tensor = leaf.value->tensor();
@@ -297,7 +298,7 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
   }
 
   const std::string prefix = archive_name(path) + "/";
-  zip_detail::ZipWriter zip({.alignment = 64,
+  zip_detail::ZipWriter zip({.alignment = kStorageAlignment,
                              .data_descriptor = true,
                              .no_descriptor_when_empty = true,
                              .dos_time = 0,
@@ -311,14 +312,16 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
                              .threads = options.threads});
   const std::string pickle_bytes = pickle.finish();
   const std::string id = serialization_id(pickle_bytes, storages);
-  zip.add(prefix + "data.pkl", pickle_bytes, Buffer());
-  zip.add(prefix + ".format_version", "1", Buffer());
-  zip.add(prefix + ".storage_alignment", "64", Buffer());
-  zip.add(prefix + "byteorder", "little", Buffer());
+  zip.add(prefix + std::string(kPickleRecord), pickle_bytes, Buffer());
+  zip.add(prefix + std::string(kFormatVersionRecord), std::string(kFormatVersion), Buffer());
+  zip.add(prefix + std::string(kStorageAlignmentRecord), std::to_string(kStorageAlignment), Buffer());
+  zip.add(prefix + std::string(kByteOrderRecord), std::string(kLittleEndian), Buffer());
   // In key order 0, 1, 2, ... (first appearance): with .format_version 1,
   // torch may compute record offsets itself assuming exactly this order.
-  for (const StorageOut& storage : storages) zip.add(prefix + "data/" + storage.key, "", storage.bytes);
-  zip.add(prefix + "version", "3\n", Buffer());
+  for (const StorageOut& storage : storages) {
+    zip.add(prefix + std::string(kStorageFolder) + storage.key, "", storage.bytes);
+  }
+  zip.add(prefix + std::string(kVersionRecord), std::string(kVersion), Buffer());
   if (options.extras && !options.metadata.empty()) {
     // User metadata (torch has no place for it): a pickled dict of strings in
     // a record torch.load does not read.
@@ -335,7 +338,7 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
     metadata.setitems();
     zip.add(prefix + std::string(kMetadataRecord), metadata.finish(), Buffer());
   }
-  zip.add(prefix + ".data/serialization_id", id, Buffer());
+  zip.add(prefix + std::string(kSerializationIdRecord), id, Buffer());
 
   detail::AtomicFile file(path, {.fsync = options.fsync});
   zip.write(file);
