@@ -62,10 +62,10 @@ struct LoadOptions {
 // `checkpoint` state file, as tf.train.latest_checkpoint reads it).
 enum class StateFilePolicy {
   // Update a state file the directory already has (this checkpoint becomes
-  // the latest and the last of the history); create none. A save beside
-  // TensorFlow's own saves stays visible to them, and a plain save into a
-  // fresh directory writes only the checkpoint, as tf.train.Checkpoint.write
-  // does.
+  // the latest and the last of the history); create none. A save into a
+  // directory that TensorFlow's saves keep a state file in becomes the one
+  // tf.train.latest_checkpoint names; a save into a fresh directory writes
+  // only the checkpoint, as tf.train.Checkpoint.write does.
   kIfPresent,
   // Create the state file, or update it: what tf.train.Checkpoint.save
   // does, and what a checkpoint manager drives.

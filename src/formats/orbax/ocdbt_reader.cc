@@ -108,7 +108,9 @@ std::vector<std::byte> open_envelope(std::span<const std::byte> encoded, uint32_
                        std::to_string(kEnvelopeMinSize) + " of magic, length and checksum");
   }
   const uint32_t stored_magic = load_u32_be(encoded.data());
-  if (stored_magic != magic) corrupt(where, "bad magic 0x" + detail::hex8(stored_magic) + " (expected 0x" + detail::hex8(magic) + ")");
+  if (stored_magic != magic) {
+    corrupt(where, "bad magic 0x" + detail::hex8(stored_magic) + " (expected 0x" + detail::hex8(magic) + ")");
+  }
   const uint64_t length = load_le(encoded.data() + 4, 8);
   if (length != encoded.size()) {
     corrupt(where, "length field says " + std::to_string(length) + " bytes, but it has " +
@@ -118,7 +120,8 @@ std::vector<std::byte> open_envelope(std::span<const std::byte> encoded, uint32_
   const auto stored_crc = static_cast<uint32_t>(load_le(encoded.data() + checked, 4));
   const uint32_t actual_crc = detail::crc32c(encoded.first(checked));
   if (stored_crc != actual_crc) {
-    corrupt(where, "CRC-32C mismatch: stored 0x" + detail::hex8(stored_crc) + ", computed 0x" + detail::hex8(actual_crc));
+    corrupt(where,
+            "CRC-32C mismatch: stored 0x" + detail::hex8(stored_crc) + ", computed 0x" + detail::hex8(actual_crc));
   }
   Cursor header(encoded.subspan(kEnvelopeHeaderSize, checked - kEnvelopeHeaderSize), where);
   const uint32_t version = header.varint32("version");

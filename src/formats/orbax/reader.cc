@@ -75,7 +75,8 @@ class ItemReader {
     std::vector<fs::path> process_dirs;
     std::error_code error;
     for (const auto& child : fs::directory_iterator(dir_, error)) {
-      if (child.path().filename().string().starts_with(kOcdbtProcessPrefix) && is_file(child.path() / kOcdbtManifestFile)) {
+      const bool process_database = child.path().filename().string().starts_with(kOcdbtProcessPrefix);
+      if (process_database && is_file(child.path() / kOcdbtManifestFile)) {
         process_dirs.push_back(child.path());
       }
     }
@@ -259,7 +260,8 @@ bool detect_checkpoint(const fs::path& path) noexcept {
   try {
     std::error_code error;
     if (!fs::is_directory(path, error)) return false;
-    return fs::is_regular_file(path / kTreeMetadataFile, error) || fs::is_regular_file(path / kCheckpointMetadataFile, error);
+    return fs::is_regular_file(path / kTreeMetadataFile, error) ||
+           fs::is_regular_file(path / kCheckpointMetadataFile, error);
   } catch (...) {
     return false;
   }

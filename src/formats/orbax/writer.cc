@@ -280,7 +280,9 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
       throw Error(ErrorCode::kInvalidArgument, "tensor's buffer does not match its dtype and shape", {.entry = leaf.name});
     }
     const fs::path array_dir = root / leaf.name;
-    if (::mkdir(array_dir.c_str(), 0755) != 0) detail::throw_io(array_dir, "cannot create the array's directory", errno);
+    if (::mkdir(array_dir.c_str(), 0755) != 0) {
+      detail::throw_io(array_dir, "cannot create the array's directory", errno);
+    }
     // zarr chunks are positive: an empty array states chunks of 1 and stores none.
     Shape chunks = tensor.shape();
     for (int64_t& dimension : chunks) dimension = std::max<int64_t>(dimension, 1);

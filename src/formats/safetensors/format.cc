@@ -19,8 +19,14 @@ class SafetensorsFormat final : public Format {
   }
   std::vector<std::string_view> extensions() const override { return {".safetensors"}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = true, .nested_tree = true, .checksums = true, .single_tensor = false, .metadata = true,
-            .colliding_names = true, .ties = true};
+    return {.read = true,
+            .write = true,
+            .nested_tree = true,
+            .checksums = true,
+            .single_tensor = false,
+            .metadata = true,
+            .colliding_names = true,
+            .ties = true};
   }
   std::vector<DType> dtypes() const override {
     // Every ckpt dtype; complex128 only with extras (stored as F64 pairs).
