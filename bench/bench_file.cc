@@ -33,7 +33,7 @@
 #include "ckpt/ckpt.h"
 #include "formats/orbax/compression.h"
 #include "formats/orbax/ocdbt_reader.h"
-#include "io/parallel.h"
+#include "core/parallel.h"
 
 namespace {
 

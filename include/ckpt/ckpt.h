@@ -4,6 +4,7 @@
 #include "ckpt/buffer.h"
 #include "ckpt/cast.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/checksum.h"
 #include "ckpt/diff.h"
 #include "ckpt/dtype.h"
 #include "ckpt/error.h"

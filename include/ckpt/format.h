@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/checksum.h"
 #include "ckpt/dtype.h"
 #include "ckpt/tree.h"
 
@@ -20,11 +21,6 @@ namespace ckpt {
 // String key/value pairs stored beside the tensors (safetensors' __metadata__
 // minus ckpt's own key).
 using Metadata = std::map<std::string, std::string>;
-
-// Checksum stored beside the tensors and checked by verify: ckpt's own
-// per-tensor xxh3 or CRC-32C, or the zip CRC-32 of the record holding a
-// tensor's storage (torch files; read only).
-enum class ChecksumKind { kNone, kXxh3, kCrc32c, kCrc32 };
 
 // One stored tensor, in file order.
 struct EntryInfo {
@@ -61,6 +57,23 @@ struct LoadOptions {
   unsigned threads = 0;
 };
 
+// What a save does to the file beside a checkpoint that names the latest
+// checkpoint of its directory and the ones before it (a TF bundle's
+// `checkpoint` state file, as tf.train.latest_checkpoint reads it).
+enum class StateFilePolicy {
+  // Update a state file the directory already has (this checkpoint becomes
+  // the latest and the last of the history); create none. A save into a
+  // directory that TensorFlow's saves keep a state file in becomes the one
+  // tf.train.latest_checkpoint names; a save into a fresh directory writes
+  // only the checkpoint, as tf.train.Checkpoint.write does.
+  kIfPresent,
+  // Create the state file, or update it: what tf.train.Checkpoint.save
+  // does, and what a checkpoint manager drives.
+  kUpdate,
+  // Never read or write it (a copy that must not become the latest).
+  kLeave,
+};
+
 struct SaveOptions {
   // Format id ("safetensors", "npz", ...); empty: from the path's extension,
   // safetensors when the extension names no format.
@@ -75,12 +88,17 @@ struct SaveOptions {
   bool fsync = true;
   // Threads for the positioned writes; 0 picks min(hardware threads, 4).
   unsigned threads = 0;
-  // 0: one shard. Formats whose checkpoint is split into data shards (TF
-  // bundles: PREFIX.data-0000K-of-0000N) start a new shard before a tensor
-  // would take the current one past this many bytes; a tensor of more bytes
-  // gets a shard of its own. Shards hold whole tensors, in the writer's
-  // order. Formats that write one file (all others) ignore it.
+  // 0: one shard. Formats that split a checkpoint into data shards
+  // (FormatCapabilities::shards; TF bundles: PREFIX.data-0000K-of-0000N)
+  // start a new shard before a tensor would take the current one past this
+  // many bytes; a tensor of more bytes gets a shard of its own. Shards hold
+  // whole tensors, in the writer's order. Formats without the capability
+  // ignore it.
   uint64_t max_shard_bytes = 0;
+  // The state file naming the directory's latest checkpoint (see
+  // StateFilePolicy). Formats that keep no such file (all but TF bundles)
+  // ignore it.
+  StateFilePolicy state_file = StateFilePolicy::kIfPresent;
 };
 
 struct FormatCapabilities {
@@ -90,7 +108,24 @@ struct FormatCapabilities {
   bool checksums = false;
   bool single_tensor = false;   // holds exactly one tensor (npy)
   bool metadata = false;        // keeps SaveOptions::metadata
-  bool shards = false;          // splits a checkpoint into data shards (SaveOptions::max_shard_bytes)
+  // The writer splits a checkpoint into data shards by
+  // SaveOptions::max_shard_bytes (TF bundles).
+  bool shards = false;
+  // Keeps two leaves whose dotted names are one ({"a.b": x, "a": {"b": y}})
+  // apart, so that both read back; without it, saving such a tree throws
+  // Error{kUnsupported} (Orbax names each array by its keys joined with ".").
+  bool colliding_names = false;
+  // Stores tensors that share memory (Tensor::same_memory: tied weights)
+  // once, with SaveOptions::extras where the format needs ckpt's record for
+  // it, and reads them back sharing it again.
+  bool ties = false;
+  // Writes a file (and a folder) of its own for every tensor (Orbax's zarr
+  // arrays): a save costs file-system operations per tensor, and no two
+  // tensors can share bytes.
+  bool file_per_tensor = false;
+  // Keeps a file beside its checkpoints that names the directory's latest
+  // one, written as SaveOptions::state_file says (TF's `checkpoint` file).
+  bool state_file = false;
 };
 
 class Format {

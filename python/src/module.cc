@@ -154,7 +154,7 @@ class Handle {
     return contents_.format;
   }
   int format_version() const { return contents_.format_version; }
-  std::string checksum_kind() const { return std::string(detail::checksum_name(contents_.checksum)); }
+  std::string checksum_kind() const { return std::string(checksum_name(contents_.checksum)); }
   bool contains(const std::string& name) const {
     check_open();
     return index_.count(name) != 0;
@@ -252,7 +252,7 @@ PYBIND11_MODULE(_ckpt, m) {
         Tree tree = value_in(state, "", 0);
         SaveOptions options{.format = format,
                             .extras = extras,
-                            .checksum = detail::checksum_from_name(checksum),
+                            .checksum = checksum_from_name(checksum),
                             .metadata = metadata_in(metadata),
                             .fsync = fsync,
                             .threads = threads,

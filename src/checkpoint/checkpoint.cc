@@ -8,8 +8,8 @@
 
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
+#include "core/parallel.h"
 #include "io/mapped_file.h"
-#include "io/parallel.h"
 
 namespace ckpt {
 namespace {

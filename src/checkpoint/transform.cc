@@ -21,6 +21,7 @@
 
 #include "ckpt/error.h"
 #include "checkpoint/glob.h"
+#include "core/text.h"
 
 namespace ckpt {
 namespace {
@@ -77,7 +78,7 @@ struct Transforms::Step {
     switch (kind) {
       case Kind::kRenamePrefix:
         if (first.empty()) {
-          if (!second.empty()) name = second + "." + name;
+          name = detail::join_name(second, name);
         } else if (name_under(name, first)) {
           if (second.empty()) {
             name.erase(0, std::min(first.size() + 1, name.size()));
@@ -94,7 +95,7 @@ struct Transforms::Step {
       case Kind::kDrop:
         if (glob->matches(name)) return std::nullopt;
         return name;
-      case Kind::kAddPrefix: return first.empty() ? name : first + "." + name;
+      case Kind::kAddPrefix: return detail::join_name(first, name);
       case Kind::kStripPrefix:
         if (!first.empty() && name.size() > first.size() && name_under(name, first)) name.erase(0, first.size() + 1);
         return name;

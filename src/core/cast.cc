@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ckpt/error.h"
-#include "io/parallel.h"
+#include "core/parallel.h"
 
 namespace ckpt {
 namespace {
@@ -53,23 +53,44 @@ struct SmallFloat {
 };
 
 // IEEE 754 binary16.
-constexpr SmallFloat kFloat16{5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, true, true, true};
+constexpr SmallFloat kFloat16{
+    .exponent_bits = 5, .mantissa_bits = 10, .bias = 15,
+    .max_finite = 0x7BFF, .overflow = 0x7C00, .nan = 0x7E00,
+    .writes_nan_payload = true, .reads_nan_payload = true, .has_infinity = true};
 // bfloat16: the upper half of a binary32; ml_dtypes writes every NaN as ±0x7FC0.
-constexpr SmallFloat kBFloat16{8, 7, 127, 0x7F7F, 0x7F80, 0x7FC0, false, true, true};
+constexpr SmallFloat kBFloat16{
+    .exponent_bits = 8, .mantissa_bits = 7, .bias = 127,
+    .max_finite = 0x7F7F, .overflow = 0x7F80, .nan = 0x7FC0,
+    .writes_nan_payload = false, .reads_nan_payload = true, .has_infinity = true};
 // OCP FP8 E4M3 ("fn": finite and NaN only): 0x7E = 448 is the largest, S.1111.111
 // is NaN, and a too large value (infinity included) becomes NaN, as in ml_dtypes.
-constexpr SmallFloat kFloat8E4M3FN{4, 3, 7, 0x7E, 0x7F, 0x7F, false, false, false};
+constexpr SmallFloat kFloat8E4M3FN{
+    .exponent_bits = 4, .mantissa_bits = 3, .bias = 7,
+    .max_finite = 0x7E, .overflow = 0x7F, .nan = 0x7F,
+    .writes_nan_payload = false, .reads_nan_payload = false, .has_infinity = false};
 // OCP FP8 E5M2: a binary16 without its low byte; ml_dtypes' NaN is 0x7E.
-constexpr SmallFloat kFloat8E5M2{5, 2, 15, 0x7B, 0x7C, 0x7E, false, false, true};
+constexpr SmallFloat kFloat8E5M2{
+    .exponent_bits = 5, .mantissa_bits = 2, .bias = 15,
+    .max_finite = 0x7B, .overflow = 0x7C, .nan = 0x7E,
+    .writes_nan_payload = false, .reads_nan_payload = false, .has_infinity = true};
 // The "fnuz" float8s of Graphcore / AMD (ml_dtypes float8_e4m3fnuz,
 // float8_e5m2fnuz): one more bias than E4M3 / E5M2, every exponent finite
 // (0x7F is the largest: 240 and 57344), 0x80 the one NaN; too large values
 // and infinities become NaN, as in ml_dtypes.
-constexpr SmallFloat kFloat8E4M3FNUZ{4, 3, 8, 0x7F, 0x80, 0x80, false, false, false, true};
-constexpr SmallFloat kFloat8E5M2FNUZ{5, 2, 16, 0x7F, 0x80, 0x80, false, false, false, true};
+constexpr SmallFloat kFloat8E4M3FNUZ{
+    .exponent_bits = 4, .mantissa_bits = 3, .bias = 8,
+    .max_finite = 0x7F, .overflow = 0x80, .nan = 0x80,
+    .writes_nan_payload = false, .reads_nan_payload = false, .has_infinity = false, .negative_zero_is_nan = true};
+constexpr SmallFloat kFloat8E5M2FNUZ{
+    .exponent_bits = 5, .mantissa_bits = 2, .bias = 16,
+    .max_finite = 0x7F, .overflow = 0x80, .nan = 0x80,
+    .writes_nan_payload = false, .reads_nan_payload = false, .has_infinity = false, .negative_zero_is_nan = true};
 // OCP MX E8M0 scale (ml_dtypes float8_e8m0fnu): 2^-127 .. 2^127, 0xFF NaN.
 // sign_bit() is 0x100, outside the byte: no pattern has a sign.
-constexpr SmallFloat kFloat8E8M0FNU{8, 0, 127, 0xFE, 0xFF, 0xFF, false, false, false, false, true};
+constexpr SmallFloat kFloat8E8M0FNU{
+    .exponent_bits = 8, .mantissa_bits = 0, .bias = 127,
+    .max_finite = 0xFE, .overflow = 0xFF, .nan = 0xFF,
+    .writes_nan_payload = false, .reads_nan_payload = false, .has_infinity = false, .power_of_two_only = true};
 
 uint32_t sign_bit(const SmallFloat& format) { return 1u << (format.exponent_bits + format.mantissa_bits); }
 

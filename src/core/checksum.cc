@@ -4,21 +4,15 @@
 #include <xxhash.h>
 
 #include <climits>
-#include <cstdio>
 
 #include "ckpt/error.h"
+#include "core/text.h"
 
 namespace ckpt::detail {
 namespace {
 
 const unsigned char* as_uchar(std::span<const std::byte> bytes) {
   return reinterpret_cast<const unsigned char*>(bytes.data());
-}
-
-std::string hex_of(uint64_t value, size_t width) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%0*llx", static_cast<int>(width), static_cast<unsigned long long>(value));
-  return text;
 }
 
 }  // namespace
@@ -79,9 +73,9 @@ void Checksummer::update(std::span<const std::byte> bytes) {
 std::string Checksummer::hex() const {
   switch (kind_) {
     case ChecksumKind::kNone: return "";
-    case ChecksumKind::kXxh3: return hex_of(XXH3_64bits_digest(static_cast<XXH3_state_t*>(xxh_state_)), 16);
-    case ChecksumKind::kCrc32c: return hex_of(crc_, 8);
-    case ChecksumKind::kCrc32: return hex_of(crc_, 8);
+    case ChecksumKind::kXxh3: return hex_digits(XXH3_64bits_digest(static_cast<XXH3_state_t*>(xxh_state_)), 16);
+    case ChecksumKind::kCrc32c: return hex_digits(crc_, 8);
+    case ChecksumKind::kCrc32: return hex_digits(crc_, 8);
   }
   return "";
 }
@@ -89,12 +83,26 @@ std::string Checksummer::hex() const {
 std::string checksum_hex(ChecksumKind kind, std::span<const std::byte> bytes) {
   switch (kind) {
     case ChecksumKind::kNone: return "";
-    case ChecksumKind::kXxh3: return hex_of(xxh3_64(bytes), 16);
-    case ChecksumKind::kCrc32c: return hex_of(crc32c(bytes), 8);
-    case ChecksumKind::kCrc32: return hex_of(crc32(bytes), 8);
+    case ChecksumKind::kXxh3: return hex_digits(xxh3_64(bytes), 16);
+    case ChecksumKind::kCrc32c: return hex_digits(crc32c(bytes), 8);
+    case ChecksumKind::kCrc32: return hex_digits(crc32(bytes), 8);
   }
   return "";
 }
+
+size_t checksum_hex_width(ChecksumKind kind) {
+  switch (kind) {
+    case ChecksumKind::kNone: return 0;
+    case ChecksumKind::kXxh3: return 16;
+    case ChecksumKind::kCrc32c:
+    case ChecksumKind::kCrc32: return 8;
+  }
+  return 0;
+}
+
+}  // namespace ckpt::detail
+
+namespace ckpt {
 
 std::string_view checksum_name(ChecksumKind kind) {
   switch (kind) {
@@ -114,14 +122,5 @@ ChecksumKind checksum_from_name(std::string_view name) {
   throw Error(ErrorCode::kUnsupported, "unknown checksum kind '" + std::string(name) + "' (known: xxh3, crc32c, crc32, none)");
 }
 
-size_t checksum_hex_width(ChecksumKind kind) {
-  switch (kind) {
-    case ChecksumKind::kNone: return 0;
-    case ChecksumKind::kXxh3: return 16;
-    case ChecksumKind::kCrc32c:
-    case ChecksumKind::kCrc32: return 8;
-  }
-  return 0;
-}
+}  // namespace ckpt
 
-}  // namespace ckpt::detail

@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-#include "ckpt/format.h"
+#include "ckpt/checksum.h"
 
 namespace ckpt::detail {
 
@@ -35,10 +35,6 @@ class Checksummer {
 
 // The digest of `bytes` as Checksummer::hex() writes it.
 std::string checksum_hex(ChecksumKind kind, std::span<const std::byte> bytes);
-// "xxh3" / "crc32c" / "none", and back (nullopt-like kNone for unknown names
-// is not allowed: throws Error{kUnsupported}).
-std::string_view checksum_name(ChecksumKind kind);
-ChecksumKind checksum_from_name(std::string_view name);
 // Width of the hex digest.
 size_t checksum_hex_width(ChecksumKind kind);
 

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "ckpt/error.h"
+#include "core/dtype_sets.h"
 
 namespace ckpt {
 namespace {
@@ -75,3 +76,15 @@ std::optional<DType> dtype_from_safetensors(std::string_view code) {
 }
 
 }  // namespace ckpt
+
+namespace ckpt::detail {
+
+std::vector<DType> numpy_and_ml_dtypes() {
+  std::vector<DType> result;
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.dtype != DType::kFloat4E2M1FNx2) result.push_back(info.dtype);
+  }
+  return result;
+}
+
+}  // namespace ckpt::detail

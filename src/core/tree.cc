@@ -289,16 +289,18 @@ struct LeafCollector {
   }
 };
 
-std::vector<Tree::Leaf> collect(const Tree& tree, bool tensors_only) {
-  LeafCollector collector{tensors_only, {}, {}, {}};
+enum class Leaves { kAll, kTensorsOnly };
+
+std::vector<Tree::Leaf> collect(const Tree& tree, Leaves which) {
+  LeafCollector collector{which == Leaves::kTensorsOnly, {}, {}, {}};
   collector.visit(tree, "");
   return std::move(collector.leaves);
 }
 
 }  // namespace
 
-std::vector<Tree::Leaf> Tree::leaves() const { return collect(*this, false); }
-std::vector<Tree::Leaf> Tree::tensor_leaves() const { return collect(*this, true); }
+std::vector<Tree::Leaf> Tree::leaves() const { return collect(*this, Leaves::kAll); }
+std::vector<Tree::Leaf> Tree::tensor_leaves() const { return collect(*this, Leaves::kTensorsOnly); }
 
 void Tree::for_each_tensor(const std::function<void(Tensor&)>& fn) {
   if (kind_ == Kind::kTensor) {

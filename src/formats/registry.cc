@@ -6,12 +6,12 @@
 #include <string>
 
 #include "ckpt/error.h"
-#include "formats/flax/flax_format.h"
-#include "formats/numpy/numpy_format.h"
-#include "formats/orbax/orbax_format.h"
-#include "formats/safetensors/safetensors_format.h"
-#include "formats/tf/tf_format.h"
-#include "formats/torch/torch_format.h"
+#include "formats/flax/format.h"
+#include "formats/numpy/format.h"
+#include "formats/orbax/format.h"
+#include "formats/safetensors/format.h"
+#include "formats/tf/format.h"
+#include "formats/torch/format.h"
 
 namespace ckpt {
 

@@ -13,6 +13,7 @@
 
 #include "ckpt/error.h"
 #include "core/json_writer.h"
+#include "core/text.h"
 
 namespace ckpt::detail {
 namespace {
@@ -30,18 +31,6 @@ constexpr std::string_view kNanBitsPrefix = "nan:";
 constexpr uint64_t kQuietNanBits = 0x7ff8000000000000ull;
 
 constexpr char kBase64Alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-bool valid_utf8(std::string_view text) { return simdjson::validate_utf8(text.data(), text.size()); }
-
-// The dotted tree path of the node being visited, for error messages.
-std::string path_text(const std::vector<std::string>& path) {
-  std::string text;
-  for (const std::string& part : path) {
-    if (!text.empty()) text += '.';
-    text += part;
-  }
-  return text;
-}
 
 class SkeletonWriter {
  public:
@@ -67,14 +56,14 @@ class SkeletonWriter {
       case Tree::Kind::kTensor: write_tensor(node); break;
       case Tree::Kind::kList:
         out_.begin_array();
-        for (const TreeEntry& entry : node.entries()) visit_child(entry, false);
+        for (const TreeEntry& entry : node.entries()) visit_child(entry, Keys::kLeftOut);
         out_.end_array();
         break;
       case Tree::Kind::kMap:
         out_.begin_object();
         out_.key(kMapTag);
         out_.begin_array();
-        for (const TreeEntry& entry : node.entries()) visit_child(entry, true);
+        for (const TreeEntry& entry : node.entries()) visit_child(entry, Keys::kWritten);
         out_.end_array();
         out_.end_object();
         break;
@@ -89,9 +78,12 @@ class SkeletonWriter {
   }
 
  private:
-  void visit_child(const TreeEntry& entry, bool with_key) {
+  // A list's children are written bare, a map's as [key, value] pairs.
+  enum class Keys { kLeftOut, kWritten };
+
+  void visit_child(const TreeEntry& entry, Keys keys) {
     path_.push_back(&entry.key);
-    if (with_key) {
+    if (keys == Keys::kWritten) {
       out_.begin_array();
       if (const auto* text = std::get_if<std::string>(&entry.key)) {
         require_utf8(*text, "map key");
@@ -119,9 +111,7 @@ class SkeletonWriter {
       if (bits == kQuietNanBits) {
         out_.string(kNanText);
       } else {
-        char hex[17];
-        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(bits));
-        out_.string(std::string(kNanBitsPrefix) + hex);
+        out_.string(std::string(kNanBitsPrefix) + detail::hex_digits(bits, 16));
       }
     }
     out_.end_object();
@@ -141,7 +131,7 @@ class SkeletonWriter {
   }
 
   void require_utf8(std::string_view text, std::string_view what) const {
-    if (!valid_utf8(text)) {
+    if (!detail::valid_utf8(text)) {
       throw Error(ErrorCode::kUnsupported, std::string(what) + " is not valid UTF-8, which JSON cannot hold",
                   {.entry = path()});
     }
@@ -150,7 +140,7 @@ class SkeletonWriter {
   std::string path() const {
     std::vector<std::string> parts;
     for (const Key* key : path_) parts.push_back(key_to_string(*key));
-    return path_text(parts);
+    return detail::join_names(parts);
   }
 
   JsonWriter& out_;
@@ -191,7 +181,7 @@ class SkeletonReader {
     std::vector<std::string> parts;
     parts.reserve(path_.size());
     for (const Step& step : path_) parts.push_back(step.is_text ? std::string(step.text) : std::to_string(step.number));
-    return path_text(parts);
+    return detail::join_names(parts);
   }
 
   [[noreturn]] void fail(const std::string& message) const {

@@ -1,5 +1,4 @@
 #include "io/atomic_file.h"
-#include "io/parallel.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,11 +10,11 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
-#include <optional>
-#include <random>
 #include <thread>
 
 #include "ckpt/error.h"
+#include "core/parallel.h"
+#include "io/file_system.h"
 
 namespace ckpt::detail {
 namespace {
@@ -43,30 +42,6 @@ bool fault_injected(size_t bytes) {
   return false;
 }
 
-[[noreturn]] void throw_io(const std::filesystem::path& path, std::string_view what, int error,
-                           std::optional<uint64_t> offset = std::nullopt) {
-  const ErrorCode code = (error == ENOENT || error == ENOTDIR) ? ErrorCode::kNotFound : ErrorCode::kIo;
-  throw Error(code, std::string(what) + ": " + std::strerror(error), {.path = path, .offset = offset});
-}
-
-std::string random_suffix() {
-  static std::atomic<uint64_t> counter{0};
-  std::random_device device;
-  const uint64_t value = (uint64_t{device()} << 32) ^ device() ^ (counter++ << 8) ^ static_cast<uint64_t>(::getpid());
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
-void sync_directory(const std::filesystem::path& directory, const std::filesystem::path& for_path) {
-  const int fd = ::open(directory.empty() ? "." : directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_io(for_path, "cannot open directory to sync it", errno);
-  const int result = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (result != 0 && error != EINVAL) throw_io(for_path, "cannot sync directory", error);
-}
-
 }  // namespace
 
 void inject_write_fault_after(int64_t bytes) { g_fault_budget.store(bytes); }
@@ -76,14 +51,8 @@ AtomicFile::AtomicFile(std::filesystem::path final_path, AtomicFileOptions optio
   if (final_path_.filename().empty()) {
     throw Error(ErrorCode::kInvalidArgument, "not a file path", {.path = final_path_});
   }
-  const std::filesystem::path directory = final_path_.parent_path();
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
-    // Built by appending: GCC 12 warns falsely (-Wrestrict) on "." + string.
-    std::string name = ".";
-    name += final_path_.filename().string();
-    name += ".ckpt-tmp-";
-    name += random_suffix();
-    temp_path_ = directory / name;
+    temp_path_ = temporary_sibling(final_path_);
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno != EEXIST) throw_io(final_path_, "cannot create temporary file", errno);
   }

@@ -33,7 +33,8 @@ struct WriteSpan {
 
 class AtomicFile {
  public:
-  // Creates the temporary file "<dir>/.<name>.ckpt-tmp-<random>".
+  // Creates the temporary file "<dir>/.<name>.ckpt-tmp-<random>"
+  // (io/file_system.h temporary_sibling).
   // Throws Error{kNotFound} if the directory does not exist, {kIo} otherwise.
   AtomicFile(std::filesystem::path final_path, AtomicFileOptions options = {});
   AtomicFile(const AtomicFile&) = delete;

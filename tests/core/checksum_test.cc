@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ckpt/checksum.h"
 #include "ckpt/error.h"
 #include "core/json_writer.h"
 
@@ -36,6 +37,24 @@ TEST(ChecksumTest, NamesRoundTrip) {
     EXPECT_EQ(checksum_from_name(checksum_name(kind)), kind);
   }
   EXPECT_THROW(checksum_from_name("md5"), Error);
+}
+
+TEST(ChecksumTest, PublicNamesAreTheOnesCkptWrites) {
+  // ckpt/checksum.h: the names in ckpt's extras, on the command line and in Python.
+  EXPECT_EQ(ckpt::checksum_name(ChecksumKind::kNone), "none");
+  EXPECT_EQ(ckpt::checksum_name(ChecksumKind::kXxh3), "xxh3");
+  EXPECT_EQ(ckpt::checksum_name(ChecksumKind::kCrc32c), "crc32c");
+  EXPECT_EQ(ckpt::checksum_name(ChecksumKind::kCrc32), "crc32");
+  EXPECT_EQ(ckpt::checksum_from_name("crc32"), ChecksumKind::kCrc32);
+  for (std::string_view name : {"md5", "", "XXH3", "none "}) {
+    try {
+      ckpt::checksum_from_name(name);
+      ADD_FAILURE() << "'" << name << "' was taken for a checksum kind";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+      EXPECT_NE(std::string(error.what()).find("known: xxh3, crc32c, crc32, none"), std::string::npos) << error.what();
+    }
+  }
 }
 
 TEST(JsonWriterTest, CompactLikeSerdeJson) {

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+
+#include "core/dtype_sets.h"
 
 namespace ckpt {
 namespace {
@@ -88,6 +91,16 @@ TEST(DTypeTest, UnknownNamesAreNullopt) {
   EXPECT_FALSE(dtype_from_name("float31").has_value());
   EXPECT_FALSE(dtype_from_safetensors("F6_E2M3").has_value());
   EXPECT_FALSE(dtype_from_name("").has_value());
+}
+
+TEST(DTypeTest, NumpyAndMlDtypesAreAllButThePackedFloat4Pairs) {
+  const std::vector<DType> dtypes = detail::numpy_and_ml_dtypes();
+  EXPECT_EQ(dtypes.size(), all_dtypes().size() - 1);
+  EXPECT_EQ(std::count(dtypes.begin(), dtypes.end(), DType::kFloat4E2M1FNx2), 0);
+  EXPECT_TRUE(std::is_sorted(dtypes.begin(), dtypes.end())) << "enum order";
+  for (DType dtype : {DType::kBool, DType::kBFloat16, DType::kComplex128, DType::kFloat8E8M0FNU}) {
+    EXPECT_EQ(std::count(dtypes.begin(), dtypes.end(), dtype), 1) << dtype_name(dtype);
+  }
 }
 
 }  // namespace

@@ -131,12 +131,12 @@ TEST_P(ConformanceTest, CollidingNamesRoundTrip) {
   Tree tree = Tree::map();
   tree.set("a.b", random_tensor(DType::kFloat32, {2}, 2));
   tree.set("a", inner);
-  if (format().id() == "orbax") {
-    // Orbax names an array by its keys joined with "." (its folder or key
-    // prefix): both leaves would be "a.b".
+  if (!caps().colliding_names) {
+    // The format names a leaf by its keys joined with "." (Orbax: an
+    // array's folder or key prefix): both leaves would be "a.b".
     try {
-      save(file("x"), tree, {.format = "orbax"});
-      ADD_FAILURE() << "orbax saved two arrays named 'a.b'";
+      save(file("x"), tree, {.format = std::string(format().id())});
+      ADD_FAILURE() << format().id() << " saved two leaves named 'a.b'";
     } catch (const Error& error) {
       EXPECT_EQ(error.code(), ErrorCode::kUnsupported) << error.what();
     }
@@ -147,9 +147,10 @@ TEST_P(ConformanceTest, CollidingNamesRoundTrip) {
 
 TEST_P(ConformanceTest, TenThousandTensors) {
   if (!caps().write || caps().single_tensor) GTEST_SKIP() << "format holds one tensor";
-  // Orbax writes a directory and three files per array: 1,000 arrays there
-  // (30,000 file creations per save take minutes on a slow file system).
-  const int count = format().id() == "orbax" ? 1000 : 10000;
+  // A format with files of its own per tensor (Orbax: a directory and three
+  // files per array) gets 1,000 (30,000 file creations per save take
+  // minutes on a slow file system).
+  const int count = caps().file_per_tensor ? 1000 : 10000;
   Tree tree = Tree::map();
   for (int i = 0; i < count; ++i) {
     tree.set("layers." + std::to_string(i) + ".w", random_tensor(DType::kFloat32, {3}, static_cast<uint32_t>(i)));
@@ -168,9 +169,10 @@ TEST_P(ConformanceTest, TiedTensorsAreStoredOnceAndLoadTied) {
   tree.set("norm.weight", random_tensor(DType::kFloat32, {32}, 10));
   tree.set("lm_head.weight", shared);
   const Tree loaded = round_trip(tree, "tied");
-  if (std::filesystem::is_directory(file("tied"))) {
+  if (!caps().ties) {
     // A directory of one file per array (Orbax) has no way to share bytes
     // between leaves: the round trip is all there is to check.
+    EXPECT_TRUE(caps().file_per_tensor) << format().id() << " declares no ties but could keep them";
     GTEST_SKIP() << format().id() << " stores each leaf in its own file";
   }
   const Tensor& embed = loaded.at("embed.weight").tensor();
@@ -181,6 +183,58 @@ TEST_P(ConformanceTest, TiedTensorsAreStoredOnceAndLoadTied) {
   const Tree in_memory = load(file("tied"), {.lazy = false});
   EXPECT_TRUE(in_memory.at("embed.weight").tensor().same_memory(in_memory.at("lm_head.weight").tensor()))
       << format().id() << ": tie lost by a load into memory";
+}
+
+// SaveOptions::max_shard_bytes splits the data of a format that declares
+// shards, and changes nothing for the others.
+TEST_P(ConformanceTest, MaxShardBytesSplitsExactlyTheFormatsWithShards) {
+  if (!caps().write || caps().single_tensor) GTEST_SKIP() << "format holds one tensor";
+  Tree tree = Tree::map();
+  for (int i = 0; i < 3; ++i) tree.set("w" + std::to_string(i), random_tensor(DType::kFloat32, {64}, 20 + i));
+  std::filesystem::create_directories(dir_ / "whole");
+  std::filesystem::create_directories(dir_ / "split");
+  const std::string id(format().id());
+  save(dir_ / "whole" / file("x").filename(), tree, {.format = id});
+  save(dir_ / "split" / file("x").filename(), tree, {.format = id, .max_shard_bytes = 256});
+  const auto whole = checkpoint_files(dir_ / "whole" / file("x").filename());
+  const auto split = checkpoint_files(dir_ / "split" / file("x").filename());
+  if (caps().shards) {
+    EXPECT_GT(split.size(), whole.size()) << id << ": no more files with max_shard_bytes";
+  } else {
+    EXPECT_EQ(split, whole) << id << " does not declare shards, yet max_shard_bytes changed its files";
+  }
+  EXPECT_TRUE(load(dir_ / "split" / file("x").filename()) == tree);
+}
+
+// SaveOptions::state_file creates a state file beside the checkpoint for a
+// format that declares one (kUpdate), never for the others, and never with
+// kLeave.
+TEST_P(ConformanceTest, StateFilePolicyAddsAFileOnlyWhereTheFormatKeepsOne) {
+  if (!caps().write) GTEST_SKIP() << "read-only format";
+  const Tree tree = holder("t", random_tensor(DType::kInt32, {4}, 30));
+  const std::string id(format().id());
+  const auto entries = [](const std::filesystem::path& directory) {
+    std::map<std::string, std::string> files;
+    for (const auto& item : std::filesystem::directory_iterator(directory)) {
+      files[item.path().filename().string()] = item.is_regular_file() ? read_file(item.path()) : "(directory)";
+    }
+    return files;
+  };
+  for (const auto& [name, policy] : {std::pair{"leave", StateFilePolicy::kLeave},
+                                     std::pair{"if_present", StateFilePolicy::kIfPresent},
+                                     std::pair{"update", StateFilePolicy::kUpdate}}) {
+    std::filesystem::create_directories(dir_ / name);
+    save(dir_ / name / file("x").filename(), tree, {.format = id, .state_file = policy});
+  }
+  const auto left = entries(dir_ / "leave");
+  EXPECT_EQ(entries(dir_ / "if_present"), left) << id << ": a fresh directory gets no state file unasked";
+  auto updated = entries(dir_ / "update");
+  if (caps().state_file) {
+    EXPECT_EQ(updated.size(), left.size() + 1) << id << ": kUpdate wrote no state file";
+    EXPECT_TRUE(load(dir_ / "update") == tree) << id << ": the state file names the checkpoint";
+  } else {
+    EXPECT_EQ(updated, left) << id << " declares no state file, yet state_file changed its directory";
+  }
 }
 
 TEST_P(ConformanceTest, DetectsItsOwnFilesWhateverTheName) {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ckpt/error.h"
-#include "formats/flax/flax_format.h"
+#include "formats/flax/format.h"
 #include "formats/flax/msgpack.h"
 #include "support/files.h"
 #include "support/temp_dir.h"

@@ -12,9 +12,11 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
-#include "formats/flax/flax_format.h"
+#include "formats/flax/format.h"
 #include "formats/flax/layout.h"
 #include "formats/flax/msgpack.h"
+#include "formats/flax/reader.h"
+#include "formats/flax/writer.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 

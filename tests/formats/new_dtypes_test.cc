@@ -16,7 +16,7 @@
 #include "ckpt/error.h"
 #include "formats/torch/pickle_reader.h"
 #include "formats/torch_test_builder.h"
-#include "formats/zip/zip_reader.h"
+#include "formats/zip/reader.h"
 #include "io/mapped_file.h"
 #include "support/files.h"
 #include "support/safetensors_bytes.h"

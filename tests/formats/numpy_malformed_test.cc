@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ckpt/error.h"
-#include "formats/numpy/numpy_format.h"
+#include "formats/numpy/format.h"
 #include "formats/zip_test_builder.h"
 #include "support/temp_dir.h"
 

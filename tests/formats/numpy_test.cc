@@ -9,9 +9,10 @@
 #include <random>
 
 #include "ckpt/error.h"
-#include "formats/numpy/npy_layout.h"
-#include "formats/numpy/numpy_format.h"
-#include "formats/zip/zip_reader.h"
+#include "formats/numpy/format.h"
+#include "formats/numpy/layout.h"
+#include "formats/numpy/writer.h"
+#include "formats/zip/reader.h"
 #include "formats/zip_test_builder.h"
 #include "io/mapped_file.h"
 #include "support/temp_dir.h"

@@ -9,7 +9,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
-#include "formats/orbax/orbax_format.h"
+#include "formats/orbax/format.h"
 #include "formats/orbax_test_builder.h"
 #include "support/files.h"
 #include "support/temp_dir.h"

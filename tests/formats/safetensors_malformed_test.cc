@@ -12,7 +12,7 @@
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/json_writer.h"
-#include "formats/safetensors/safetensors_format.h"
+#include "formats/safetensors/format.h"
 #include "support/safetensors_bytes.h"
 #include "support/temp_dir.h"
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "ckpt/error.h"
-#include "formats/tf/tf_format.h"
+#include "formats/tf/format.h"
 #include "formats/tf_test_builder.h"
 #include "support/temp_dir.h"
 

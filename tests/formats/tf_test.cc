@@ -1,5 +1,6 @@
-// TensorFlow tensor bundles: round trips, names, paths, the state file,
-// several shards, and the shared samples written by TensorFlow.
+// TensorFlow tensor bundles: round trips, names, paths, several shards, and
+// the shared samples written by TensorFlow (the state file:
+// tf_state_file_test.cc).
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -10,8 +11,8 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/convert.h"
 #include "ckpt/error.h"
+#include "formats/tf/format.h"
 #include "formats/tf/index_table.h"
-#include "formats/tf/tf_format.h"
 #include "formats/tf_test_builder.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
@@ -235,25 +236,6 @@ TEST_F(TfTest, SlicedVariablesAreAssembled) {
   const auto values = tree.at("v").tensor().values<int32_t>();
   EXPECT_EQ(std::vector<int32_t>(values.begin(), values.end()), (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
   EXPECT_EQ(tree.size(), 1u) << "slice entries are no leaves of their own";
-}
-
-TEST_F(TfTest, DirectoryWithAStateFile) {
-  Tree tree = Tree::map();
-  tree.set("v", floats({3}, 5));
-  save(dir_ / "ckpt-1", tree, {.format = "tf"});
-  EXPECT_FALSE(fs::exists(dir_ / "checkpoint")) << "no state file is created unasked";
-  testing::write_file(dir_ / "checkpoint",
-                      "model_checkpoint_path: \"ckpt-1\"\nall_model_checkpoint_paths: \"ckpt-1\"\n");
-  EXPECT_EQ(detect(dir_.path()).id(), "tf");
-  EXPECT_TRUE(load(dir_.path()) == tree);
-  // A save beside an existing state file updates it.
-  Tree newer = Tree::map();
-  newer.set("v", floats({3}, 50));
-  save(dir_ / "ckpt-2", newer, {.format = "tf"});
-  const std::string state = testing::read_file(dir_ / "checkpoint");
-  EXPECT_NE(state.find("model_checkpoint_path: \"ckpt-2\""), std::string::npos) << state;
-  EXPECT_NE(state.find("all_model_checkpoint_paths: \"ckpt-1\""), std::string::npos) << state;
-  EXPECT_TRUE(load(dir_.path()) == newer);
 }
 
 TEST_F(TfTest, TiedTensorsShareTheirBytes) {

@@ -14,7 +14,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
-#include "formats/torch/torch_format.h"
+#include "formats/torch/format.h"
 #include "formats/torch_test_builder.h"
 #include "support/files.h"
 #include "support/temp_dir.h"

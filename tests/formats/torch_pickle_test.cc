@@ -15,7 +15,7 @@
 
 #include "ckpt/error.h"
 #include "formats/torch/pickle_reader.h"
-#include "formats/torch/torch_reader.h"
+#include "formats/torch/reader.h"
 #include "formats/torch_test_builder.h"
 
 namespace ckpt {
@@ -23,8 +23,8 @@ namespace {
 
 using testing::Pkl;
 using torch_detail::Pickle;
-using torch_detail::PyObject;
-using Kind = PyObject::Kind;
+using torch_detail::PickleValue;
+using Kind = PickleValue::Kind;
 
 std::span<const std::byte> span_of(std::string_view bytes) { return std::as_bytes(std::span(bytes)); }
 
@@ -203,7 +203,7 @@ TEST(TorchPickleTest, WhatCPythonWritesWithProtocol4) {
   EXPECT_EQ(tree.at("u").string(), "\xc3\xa9\xe2\x82\xac");
   // Both items of the tuple are the one memoized list.
   const Pickle pickle = run(bytes);
-  const PyObject* sh = nullptr;
+  const PickleValue* sh = nullptr;
   for (size_t i = 0; i + 1 < pickle.root->items.size(); i += 2) {
     if (pickle.root->items[i]->text == "sh") sh = pickle.root->items[i + 1];
   }

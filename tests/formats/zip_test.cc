@@ -7,9 +7,9 @@
 #include <functional>
 
 #include "ckpt/error.h"
-#include "formats/zip/zip_layout.h"
-#include "formats/zip/zip_reader.h"
-#include "formats/zip/zip_writer.h"
+#include "formats/zip/layout.h"
+#include "formats/zip/reader.h"
+#include "formats/zip/writer.h"
 #include "formats/zip_test_builder.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
@@ -112,12 +112,12 @@ TEST_F(ZipReaderTest, DataDescriptorsDeferToTheCentralDirectory) {
 TEST_F(ZipReaderTest, DetectionHelpers) {
   const TestZip zip = build_test_zip({{.name = "archive/data.pkl", .data = "x"}});
   const auto head = std::as_bytes(std::span(zip.bytes));
-  EXPECT_TRUE(zip_detail::looks_like_zip(head, zip.bytes.size()));
+  EXPECT_TRUE(zip_detail::detect_zip(head, zip.bytes.size()));
   EXPECT_EQ(zip_detail::first_entry_name(head), "archive/data.pkl");
   EXPECT_EQ(zip_detail::first_entry_name(head.first(40)), "");
   const TestZip empty = build_test_zip({});
-  EXPECT_TRUE(zip_detail::looks_like_zip(std::as_bytes(std::span(empty.bytes)), empty.bytes.size()));
-  EXPECT_FALSE(zip_detail::looks_like_zip(std::as_bytes(std::span(empty.bytes)), empty.bytes.size() + 1));
+  EXPECT_TRUE(zip_detail::detect_zip(std::as_bytes(std::span(empty.bytes)), empty.bytes.size()));
+  EXPECT_FALSE(zip_detail::detect_zip(std::as_bytes(std::span(empty.bytes)), empty.bytes.size() + 1));
 }
 
 // ---------------------------------------------------------------- writing

@@ -224,6 +224,27 @@ def test_safetensors_converted_to_tf_is_read_by_tensorflow(tf, run, tmp_path):
         assert truth[name].dtype == array.dtype and truth[name].tobytes() == array.tobytes(), name
 
 
+def test_a_save_into_a_fresh_directory_writes_no_state_file_as_checkpoint_write(tf, run, tmp_path):
+    """ckpt's default state-file policy (kIfPresent): a fresh directory gets
+    the bundle only, as tf.train.Checkpoint.write gives it; once
+    tf.train.Checkpoint.save has created a state file, ckpt's saves update it
+    (C++ tests cover kUpdate and kLeave, tf_state_file_test.cc)."""
+    arrays = {"v": np.arange(3, dtype=np.float32)}
+    import safetensors.numpy
+    safetensors.numpy.save_file(arrays, tmp_path / "v.safetensors")
+    run("convert", tmp_path / "v.safetensors", tmp_path / "ckpt" / "ckpt-5", "--to", "tf")
+    tf.train.Checkpoint(v=tf.Variable(np.ones(3, np.float32))).write(str(tmp_path / "tf" / "written"))
+    assert sorted(p.name for p in (tmp_path / "tf").iterdir()) == ["written.data-00000-of-00001", "written.index"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["ckpt-5.data-00000-of-00001", "ckpt-5.index"]
+    assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")) is None
+    tf.train.Checkpoint(v=tf.Variable(np.ones(3, np.float32))).save(str(tmp_path / "ckpt" / "tf"))
+    assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")) == str(tmp_path / "ckpt" / "tf-1")
+    run("convert", tmp_path / "v.safetensors", tmp_path / "ckpt" / "ckpt-6", "--to", "tf")
+    assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")) == str(tmp_path / "ckpt" / "ckpt-6")
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "ckpt")))
+    np.testing.assert_array_equal(reader.get_tensor("v"), arrays["v"])
+
+
 def test_tf_to_safetensors_to_tf_restores_the_same_object_graph(tf, run, tmp_path):
     model, optimizer = keras_training_state(tf, 6)
     prefix = tf.train.Checkpoint(model=model, optimizer=optimizer).save(str(tmp_path / "tf" / "ckpt"))

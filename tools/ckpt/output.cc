@@ -31,7 +31,7 @@ std::string count_text(uint64_t count, std::string_view noun) {
   return text;
 }
 
-std::string_view checksum_text(ChecksumKind kind) { return detail::checksum_name(kind); }
+std::string_view checksum_text(ChecksumKind kind) { return checksum_name(kind); }
 
 std::string leaf_text(const Tree& leaf) {
   if (leaf.kind() == Tree::Kind::kTensor) {

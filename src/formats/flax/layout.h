@@ -1,18 +1,14 @@
 #pragma once
-// Flax msgpack checkpoints: the byte layout's constants and the private
-// entry points of the reader and writer. The layout is described in
-// docs/formats/flax.md; change both together.
+// Flax msgpack checkpoints: the byte layout's constants. The layout is
+// described in docs/formats/flax.md; change both together.
 //
 // Sources: google/flax flax/serialization.py (flax 0.12.8: _MsgpackExtType,
 // _ndarray_to_bytes, MAX_CHUNK_SIZE, _chunk), and the MessagePack spec
 // (github.com/msgpack/msgpack/blob/master/spec.md) for the type bytes.
 
+#include <cstddef>
 #include <cstdint>
-#include <filesystem>
-#include <span>
 #include <string_view>
-
-#include "ckpt/format.h"
 
 namespace ckpt::flax_detail {
 
@@ -59,24 +55,5 @@ constexpr std::string_view kChunkedChunksKey = "chunks";
 // shapes of more dimensions than numpy's NPY_MAXDIMS.
 constexpr size_t kMaxDepth = 512;
 constexpr size_t kMaxDimensions = 64;
-
-// Reads a Flax msgpack file; see flax_format.h for the tree it gives.
-Contents read_file(const std::filesystem::path& path, const LoadOptions& options);
-
-// Writes `tree` as msgpack_serialize(tree, in_place=True) would with
-// flax.serialization.MAX_CHUNK_SIZE = `max_chunk_size` (tests lower it): a
-// tensor of more bytes that is the root or reached from it through maps
-// only becomes a chunked-array map of flat chunks of max(1, max_chunk_size
-// / itemsize) elements each (_chunk). Tensors inside lists are never
-// chunked, as flax leaves them; an ext payload of 2^32 bytes or more is
-// kUnsupported (msgpack's limit). Reading needs no chunk size: read_file
-// accepts chunks of any sizes, as _unchunk concatenates whatever it finds.
-void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options,
-                uint64_t max_chunk_size = kMaxChunkSize);
-
-// True if `head` (the first bytes of a file of `file_size` bytes) is a
-// top-level msgpack map that validates as far as `head` reaches and, if the
-// whole file is in `head`, ends exactly at its end.
-bool detect_head(std::span<const std::byte> head, uint64_t file_size);
 
 }  // namespace ckpt::flax_detail

@@ -1,6 +1,5 @@
 #include "formats/flax/msgpack.h"
 
-#include <simdjson.h>
 
 #include <bit>
 #include <cstring>
@@ -26,7 +25,6 @@ std::string_view token_kind_name(TokenKind kind) {
   return "unknown";
 }
 
-bool valid_utf8(std::string_view text) { return simdjson::validate_utf8(text.data(), text.size()); }
 
 const std::byte* Cursor::take(uint64_t count) {
   if (count > total_ - pos_) {

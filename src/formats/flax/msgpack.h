@@ -83,6 +83,4 @@ void append_array_header(std::string& out, uint64_t count);
 void append_map_header(std::string& out, uint64_t count);
 void append_ext_header(std::string& out, int8_t type, uint64_t size);
 
-bool valid_utf8(std::string_view text);
-
 }  // namespace ckpt::flax_detail

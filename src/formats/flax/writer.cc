@@ -4,11 +4,14 @@
 // hands text and array bytes to AtomicFile::write_parallel as positioned
 // writes; array bytes are never copied into the text.
 
+#include "formats/flax/writer.h"
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "formats/flax/layout.h"
 #include "formats/flax/msgpack.h"
 #include "formats/ties.h"
@@ -34,10 +37,12 @@ class Encoder {
     tied_to_ = options.extras ? detail::find_ties(leaves_) : std::vector<size_t>(leaves_.size(), detail::kNotTied);
   }
 
-  // Appends `node`. `chunkable`: the node is the root or reached from it
-  // through maps only, where flax chunks arrays of more than
-  // max_chunk_size_ bytes.
-  void encode(const Tree& node, const std::string& name, bool chunkable, size_t depth) {
+  // Whether flax chunks the arrays of more than max_chunk_size_ bytes at a
+  // node: at the root and below it through maps only, never inside a list.
+  enum class Chunking { kAllowed, kNever };
+
+  // Appends `node`, at `depth` below the root.
+  void encode(const Tree& node, const std::string& name, Chunking chunking, size_t depth) {
     if (depth > kMaxDepth) unsupported("tree nested deeper than " + std::to_string(kMaxDepth) + " levels", name);
     switch (node.kind()) {
       case Tree::Kind::kNone: return append_nil(text_);
@@ -45,27 +50,29 @@ class Encoder {
       case Tree::Kind::kInt: return append_int(text_, node.integer());
       case Tree::Kind::kFloat: return append_float64(text_, node.real());
       case Tree::Kind::kString:
-        if (!valid_utf8(node.string())) unsupported("string leaf is not valid UTF-8 (msgpack str)", name);
+        if (!detail::valid_utf8(node.string())) unsupported("string leaf is not valid UTF-8 (msgpack str)", name);
         return append_str(text_, node.string());
       case Tree::Kind::kBytes:
         check_length(node.bytes().data.size(), name);
         append_bin_header(text_, node.bytes().data.size());
         text_ += node.bytes().data;
         return;
-      case Tree::Kind::kTensor: return tensor(node.tensor(), name, chunkable);
+      case Tree::Kind::kTensor: return tensor(node.tensor(), name, chunking);
       case Tree::Kind::kList:
         // A Python list: msgpack_serialize writes it as an array (to_bytes
         // turns lists into {"0": ..} maps first; those stay maps in ckpt).
         append_array_header(text_, node.size());
         for (size_t i = 0; i < node.size(); ++i) {
-          encode(node.entries()[i].value, join(name, std::to_string(i)), false, depth + 1);
+          encode(node.entries()[i].value, detail::join_name(name, std::to_string(i)), Chunking::kNever, depth + 1);
         }
         return;
       case Tree::Kind::kMap:
         append_map_header(text_, node.size());
         for (const TreeEntry& entry : node.entries()) {
           if (const auto* text = std::get_if<std::string>(&entry.key)) {
-            if (!valid_utf8(*text)) unsupported("map key is not valid UTF-8 (msgpack str)", join(name, *text));
+            if (!detail::valid_utf8(*text)) {
+              unsupported("map key is not valid UTF-8 (msgpack str)", detail::join_name(name, *text));
+            }
             append_str(text_, *text);
           } else {
             append_int(text_, std::get<int64_t>(entry.key));  // msgpack_restore reads int keys back
@@ -73,7 +80,7 @@ class Encoder {
           // _chunk_array_leaves_in_place recurses into dicts only: a map
           // inside a list keeps its arrays whole (msgpack_restore would not
           // unchunk them there).
-          encode(entry.value, join(name, key_to_string(entry.key)), chunkable, depth + 1);
+          encode(entry.value, detail::join_name(name, key_to_string(entry.key)), chunking, depth + 1);
         }
         return;
     }
@@ -83,15 +90,11 @@ class Encoder {
   const std::vector<Piece>& pieces() const { return pieces_; }
 
  private:
-  static std::string join(const std::string& name, const std::string& key) {
-    return name.empty() ? key : name + "." + key;
-  }
-
   static void check_length(uint64_t size, const std::string& name) {
     if (size > 0xffffffffull) unsupported("a msgpack bin or ext holds at most 2^32 - 1 bytes", name);
   }
 
-  void tensor(const Tensor& tensor, const std::string& name, bool chunkable) {
+  void tensor(const Tensor& tensor, const std::string& name, Chunking chunking) {
     const size_t index = tensor_index_++;
     if (!tensor.has_data()) unsupported("tensor has no data (a spec)", name);
     if (tied_to_[index] != detail::kNotTied) {
@@ -102,7 +105,7 @@ class Encoder {
       return;
     }
     const size_t element = dtype_size(tensor.dtype());
-    if (tensor.nbytes() > max_chunk_size_ && chunkable) {
+    if (tensor.nbytes() > max_chunk_size_ && chunking == Chunking::kAllowed) {
       // _chunk: a map of marker, shape and flat chunks of max_chunk_size /
       // itemsize elements each.
       append_map_header(text_, 3);
@@ -156,7 +159,7 @@ class Encoder {
 void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options,
                 uint64_t max_chunk_size) {
   Encoder encoder(tree, options, max_chunk_size);
-  encoder.encode(tree, "", true, 0);
+  encoder.encode(tree, "", Encoder::Chunking::kAllowed, 0);
   const std::string& text = encoder.text();
   const auto text_bytes = std::as_bytes(std::span(text));
 

@@ -1,6 +1,8 @@
 // ckpt's archive comment in .npz files: the keys of tied tensors that have no
 // member of their own (aliases) and the stored key each shares. Byte layout:
-// docs/formats/numpy.md, "Tied tensors"; constants in npy_layout.h.
+// docs/formats/numpy.md, "Tied tensors"; constants in layout.h.
+
+#include "formats/numpy/npz_comment.h"
 
 #include <simdjson.h>
 
@@ -9,8 +11,8 @@
 #include "ckpt/error.h"
 #include "core/json_writer.h"
 #include "formats/extras_json.h"
-#include "formats/numpy/npy_layout.h"
-#include "formats/zip/zip_layout.h"
+#include "formats/numpy/layout.h"
+#include "formats/zip/layout.h"
 
 namespace ckpt::numpy_detail {
 namespace {

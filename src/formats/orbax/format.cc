@@ -2,9 +2,10 @@
 // zarr.cc and metadata.cc), writing in writer.cc; the byte layout in
 // ocdbt_layout.h and docs/formats/orbax.md.
 
-#include "formats/orbax/orbax_format.h"
+#include "formats/orbax/format.h"
 
 #include "ckpt/error.h"
+#include "core/dtype_sets.h"
 #include "formats/orbax/reader.h"
 #include "formats/orbax/writer.h"
 
@@ -19,22 +20,14 @@ class OrbaxFormat final : public Format {
   }
   std::vector<std::string_view> extensions() const override { return {}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = orbax_detail::kWriterReady, .nested_tree = true};
+    return {.read = true, .write = orbax_detail::kWriterReady, .nested_tree = true, .file_per_tensor = true};
   }
-  std::vector<DType> dtypes() const override {
-    std::vector<DType> result;
-    // Every numpy / ml_dtypes dtype; not torch's packed float4 pairs, which
-    // neither has (the reference readers refuse them).
-    for (const DTypeInfo& info : all_dtypes()) {
-      if (info.dtype != DType::kFloat4E2M1FNx2) result.push_back(info.dtype);
-    }
-    return result;
-  }
+  std::vector<DType> dtypes() const override { return detail::numpy_and_ml_dtypes(); }
 
   // A directory is never a single file: detect_path() claims it.
   bool detect(std::span<const std::byte> head, uint64_t file_size) const override { return false; }
   bool detect_path(const std::filesystem::path& path) const override {
-    return orbax_detail::is_orbax_directory(path);
+    return orbax_detail::detect_checkpoint(path);
   }
 
   Contents read(const std::filesystem::path& path, const LoadOptions& options) const override {

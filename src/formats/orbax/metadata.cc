@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/text.h"
 #include "formats/extras_json.h"
 
 namespace ckpt::orbax_detail {
@@ -90,7 +91,7 @@ Tree to_tree(Node& node, const std::string& name, const ErrorContext& context) {
   if (node.kind == Node::Kind::kDict) {
     Tree out = Tree::map();
     for (auto& [key, child] : node.children) {
-      out.set(key, to_tree(*child, name.empty() ? key : name + "." + key, context));
+      out.set(key, to_tree(*child, detail::join_name(name, key), context));
     }
     return out;
   }
@@ -111,7 +112,7 @@ Tree to_tree(Node& node, const std::string& name, const ErrorContext& context) {
               name);
     }
     ++expected;
-    out.push_back(to_tree(*child, name.empty() ? std::to_string(position) : name + "." + std::to_string(position),
+    out.push_back(to_tree(*child, detail::join_name(name, std::to_string(position)),
                           context));
   }
   return out;
@@ -122,7 +123,7 @@ void flatten(element value, const std::string& prefix, std::string_view skip, Me
   simdjson::dom::object object;
   if (!value.get_object().get(object)) {
     for (const auto field : object) {
-      flatten(field.value, prefix.empty() ? std::string(field.key) : prefix + "." + std::string(field.key), skip, out);
+      flatten(field.value, detail::join_name(prefix, field.key), skip, out);
     }
     return;
   }
@@ -283,10 +284,7 @@ std::string python_tuple_repr(const std::vector<std::string>& items) {
       } else if (c == '\t') {
         out += "\\t";
       } else if (byte < 0x20 || byte == 0x7f) {
-        static const char kHex[] = "0123456789abcdef";
-        out += "\\x";
-        out += kHex[byte >> 4];
-        out += kHex[byte & 15];
+        out += "\\x" + detail::hex_digits(byte, 2);
       } else {
         out += c;
       }

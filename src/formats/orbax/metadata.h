@@ -15,12 +15,9 @@
 #include "ckpt/error.h"
 #include "ckpt/format.h"
 #include "ckpt/tree.h"
+#include "formats/orbax/layout.h"
 
 namespace ckpt::orbax_detail {
-
-// Orbax's KeyType (orbax/checkpoint/_src/metadata/tree.py).
-constexpr int kKeyTypeSequence = 1;
-constexpr int kKeyTypeDict = 2;
 
 struct MetadataKey {
   std::string name;

@@ -10,7 +10,9 @@
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
+#include "core/text.h"
 #include "formats/orbax/compression.h"
+#include "formats/orbax/layout.h"
 #include "formats/orbax/ocdbt_layout.h"
 
 namespace ckpt::orbax_detail {
@@ -36,12 +38,6 @@ uint64_t load_le(const std::byte* p, int bytes) {
   uint64_t value = 0;
   for (int i = bytes - 1; i >= 0; --i) value = (value << 8) | uint64_t(p[i]);
   return value;
-}
-
-std::string hex32(uint32_t value) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%08x", value);
-  return text;
 }
 
 // Reads the columns of a decoded body, each read checked against its end.
@@ -112,7 +108,9 @@ std::vector<std::byte> open_envelope(std::span<const std::byte> encoded, uint32_
                        std::to_string(kEnvelopeMinSize) + " of magic, length and checksum");
   }
   const uint32_t stored_magic = load_u32_be(encoded.data());
-  if (stored_magic != magic) corrupt(where, "bad magic " + hex32(stored_magic) + " (expected " + hex32(magic) + ")");
+  if (stored_magic != magic) {
+    corrupt(where, "bad magic 0x" + detail::hex8(stored_magic) + " (expected 0x" + detail::hex8(magic) + ")");
+  }
   const uint64_t length = load_le(encoded.data() + 4, 8);
   if (length != encoded.size()) {
     corrupt(where, "length field says " + std::to_string(length) + " bytes, but it has " +
@@ -122,7 +120,8 @@ std::vector<std::byte> open_envelope(std::span<const std::byte> encoded, uint32_
   const auto stored_crc = static_cast<uint32_t>(load_le(encoded.data() + checked, 4));
   const uint32_t actual_crc = detail::crc32c(encoded.first(checked));
   if (stored_crc != actual_crc) {
-    corrupt(where, "CRC-32C mismatch: stored " + hex32(stored_crc) + ", computed " + hex32(actual_crc));
+    corrupt(where,
+            "CRC-32C mismatch: stored 0x" + detail::hex8(stored_crc) + ", computed 0x" + detail::hex8(actual_crc));
   }
   Cursor header(encoded.subspan(kEnvelopeHeaderSize, checked - kEnvelopeHeaderSize), where);
   const uint32_t version = header.varint32("version");
@@ -198,7 +197,7 @@ class Loader {
   explicit Loader(std::filesystem::path root) : root_(std::move(root)) {}
 
   std::map<std::string, OcdbtValue, std::less<>> load() {
-    const std::filesystem::path manifest_path = root_ / "manifest.ocdbt";
+    const std::filesystem::path manifest_path = root_ / kOcdbtManifestFile;
     const auto manifest = detail::MappedFile::open(manifest_path);
     read_manifest(manifest->bytes(), {manifest_path, 0, "manifest"});
     return std::move(values_);
@@ -311,10 +310,10 @@ class Loader {
   void read_btree_node(const NodeReference& reference, uint8_t expected_height, const std::string& prefix) {
     if (++nodes_ > kMaxBtreeNodes) {
       throw Error(ErrorCode::kCorrupt, "more than " + std::to_string(kMaxBtreeNodes) + " b-tree nodes",
-                  {.path = root_ / "manifest.ocdbt"});
+                  {.path = root_ / kOcdbtManifestFile});
     }
     const std::string what = prefix.empty() ? "b-tree node" : "b-tree node under '" + prefix + "'";
-    const auto encoded = resolve(reference, what, root_ / "manifest.ocdbt");
+    const auto encoded = resolve(reference, what, root_ / kOcdbtManifestFile);
     const Where where{root_ / reference.file->path, reference.offset, what};
     const std::vector<std::byte> body = open_envelope(encoded, kBtreeNodeMagic, where);
     Cursor cursor(body, where);

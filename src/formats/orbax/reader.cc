@@ -9,12 +9,13 @@
 
 #include "ckpt/cast.h"
 #include "ckpt/error.h"
+#include "core/parallel.h"
+#include "formats/orbax/layout.h"
 #include "formats/orbax/metadata.h"
 #include "formats/orbax/ocdbt_reader.h"
 #include "formats/orbax/zarr.h"
 #include "formats/tree_json.h"
 #include "io/mapped_file.h"
-#include "io/parallel.h"
 
 namespace ckpt::orbax_detail {
 namespace {
@@ -47,7 +48,7 @@ class ItemReader {
   // beside it), the tree the record describes, its tensors the item's arrays
   // (scalars and strings come from the record, so are not read).
   Tree read(const Record* record = nullptr, const fs::path& record_file = {}) {
-    const fs::path metadata_path = dir_ / "_METADATA";
+    const fs::path metadata_path = dir_ / kTreeMetadataFile;
     const std::vector<MetadataLeaf> leaves = parse_tree_metadata(read_text(metadata_path), {.path = metadata_path});
     open_store();
     // Arrays first, on several threads (zstd chunks are decoded here unless
@@ -66,7 +67,7 @@ class ItemReader {
 
  private:
   void open_store() {
-    if (is_file(dir_ / "manifest.ocdbt")) {
+    if (is_file(dir_ / kOcdbtManifestFile)) {
       store_ = OcdbtStore::open(dir_);
       return;
     }
@@ -74,7 +75,8 @@ class ItemReader {
     std::vector<fs::path> process_dirs;
     std::error_code error;
     for (const auto& child : fs::directory_iterator(dir_, error)) {
-      if (child.path().filename().string().starts_with("ocdbt.process_") && is_file(child.path() / "manifest.ocdbt")) {
+      const bool process_database = child.path().filename().string().starts_with(kOcdbtProcessPrefix);
+      if (process_database && is_file(child.path() / kOcdbtManifestFile)) {
         process_dirs.push_back(child.path());
       }
     }
@@ -147,11 +149,11 @@ class ItemReader {
     if (type == "jax.Array" || type == "np.ndarray") return Tree(arrays_.at(&leaf));
     if (type == "scalar") return scalar(leaf, arrays_.at(&leaf));
     throw Error(ErrorCode::kUnsupported, "value_type '" + type + "' is not read by ckpt",
-                {.path = dir_ / "_METADATA", .entry = leaf.param_name()});
+                {.path = dir_ / kTreeMetadataFile, .entry = leaf.param_name()});
   }
 
   std::string string_value(const MetadataLeaf& leaf) {
-    const fs::path path = dir_ / "_strings.json";
+    const fs::path path = dir_ / kStringsFile;
     if (!strings_) {
       strings_.emplace();
       simdjson::dom::parser parser;
@@ -201,7 +203,7 @@ class ItemReader {
   Tensor array(const MetadataLeaf& leaf) {
     const std::string name = leaf.param_name();
     if (store_) {
-      const OcdbtValue* zarray = store_->find(name + "/.zarray");
+      const OcdbtValue* zarray = store_->find(name + "/" + std::string(kZarrayFile));
       if (zarray == nullptr) {
         throw Error(ErrorCode::kCorrupt, "the OCDBT database has no key '" + name + "/.zarray'",
                     {.path = dir_, .entry = name});
@@ -212,10 +214,10 @@ class ItemReader {
         const OcdbtValue* chunk = store_->find(name + "/" + key);
         if (chunk == nullptr) return std::nullopt;
         return store_->read(*chunk);
-      }, context, defer_);
+      }, context, {.defer = defer_});
     }
     const fs::path array_dir = dir_ / name;
-    const fs::path zarray = array_dir / ".zarray";
+    const fs::path zarray = array_dir / kZarrayFile;
     if (!is_file(zarray)) {
       throw Error(ErrorCode::kCorrupt, "the array has no .zarray file", {.path = zarray, .entry = name});
     }
@@ -225,7 +227,7 @@ class ItemReader {
       if (!is_file(chunk)) return std::nullopt;
       const auto file = detail::MappedFile::open(chunk);
       return file->slice(0, file->size());
-    }, {.path = array_dir, .entry = name}, defer_);
+    }, {.path = array_dir, .entry = name}, {.defer = defer_});
   }
 
   fs::path dir_;
@@ -240,13 +242,13 @@ class ItemReader {
 // folder holding _METADATA, sorted.
 std::vector<std::string> step_items(const fs::path& step) {
   std::vector<std::string> names;
-  for (const std::string& name : item_names(read_text(step / "_CHECKPOINT_METADATA"))) {
-    if (is_file(step / name / "_METADATA")) names.push_back(name);
+  for (const std::string& name : item_names(read_text(step / kCheckpointMetadataFile))) {
+    if (is_file(step / name / kTreeMetadataFile)) names.push_back(name);
   }
   if (!names.empty()) return names;
   std::error_code error;
   for (const auto& child : fs::directory_iterator(step, error)) {
-    if (is_file(child.path() / "_METADATA")) names.push_back(child.path().filename().string());
+    if (is_file(child.path() / kTreeMetadataFile)) names.push_back(child.path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -254,11 +256,12 @@ std::vector<std::string> step_items(const fs::path& step) {
 
 }  // namespace
 
-bool is_orbax_directory(const fs::path& path) noexcept {
+bool detect_checkpoint(const fs::path& path) noexcept {
   try {
     std::error_code error;
     if (!fs::is_directory(path, error)) return false;
-    return fs::is_regular_file(path / "_METADATA", error) || fs::is_regular_file(path / "_CHECKPOINT_METADATA", error);
+    return fs::is_regular_file(path / kTreeMetadataFile, error) ||
+           fs::is_regular_file(path / kCheckpointMetadataFile, error);
   } catch (...) {
     return false;
   }
@@ -267,7 +270,7 @@ bool is_orbax_directory(const fs::path& path) noexcept {
 Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
   std::error_code error;
   if (!fs::exists(path, error)) throw Error(ErrorCode::kNotFound, "no such file or directory", {.path = path});
-  if (!is_orbax_directory(path)) {
+  if (!detect_checkpoint(path)) {
     throw Error(ErrorCode::kUnsupported, "not an Orbax checkpoint directory (no _METADATA or _CHECKPOINT_METADATA)",
                 {.path = path});
   }
@@ -275,8 +278,8 @@ Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
   const bool defer = options.lazy && !options.verify;
   Contents contents;
   contents.format = "orbax";
-  const fs::path checkpoint_metadata = path / "_CHECKPOINT_METADATA";
-  const bool item = is_file(path / "_METADATA");
+  const fs::path checkpoint_metadata = path / kCheckpointMetadataFile;
+  const bool item = is_file(path / kTreeMetadataFile);
   // ckpt's record: in an item directory that ckpt wrote (both files side by side).
   simdjson::dom::parser parser;
   std::optional<Record> record;
@@ -295,8 +298,8 @@ Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
     if (items.empty()) {
       throw Error(ErrorCode::kCorrupt, "the step directory holds no item (no folder with _METADATA)", {.path = path});
     }
-    if (items.size() == 1 && items[0] == "default") {
-      contents.tree = ItemReader(path / "default", options.threads, defer).read();
+    if (items.size() == 1 && items[0] == kDefaultItem) {
+      contents.tree = ItemReader(path / kDefaultItem, options.threads, defer).read();
     } else {
       contents.tree = Tree::map();
       for (const std::string& item : items) contents.tree.set(item, ItemReader(path / item, options.threads, defer).read());

@@ -12,7 +12,7 @@ namespace ckpt::orbax_detail {
 
 // True if `path` is a directory holding _METADATA or _CHECKPOINT_METADATA.
 // Never throws.
-bool is_orbax_directory(const std::filesystem::path& path) noexcept;
+bool detect_checkpoint(const std::filesystem::path& path) noexcept;
 
 // The tree of `path`: an item's tree as _METADATA describes it; a step's
 // tree is {item name: item tree}, or the item's tree itself when the only

@@ -1,39 +1,33 @@
 #include "formats/orbax/writer.h"
 
-#include <fcntl.h>
-#include <linux/fs.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-#include <random>
 #include <set>
 
 #include "ckpt/error.h"
 #include "core/json_writer.h"
+#include "core/parallel.h"
+#include "formats/orbax/layout.h"
 #include "formats/orbax/metadata.h"
 #include "formats/orbax/reader.h"
 #include "formats/orbax/zarr.h"
 #include "formats/tree_json.h"
+#include "io/atomic_directory.h"
 #include "io/atomic_file.h"
-#include "io/parallel.h"
+#include "io/file_system.h"
 
 namespace ckpt::orbax_detail {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Orbax's handler for a PyTree item (its _CHECKPOINT_METADATA names it).
-constexpr std::string_view kPyTreeHandler = "orbax.checkpoint._src.handlers.pytree_checkpoint_handler.PyTreeCheckpointHandler";
-
 // Names Orbax and OCDBT use inside an item directory.
 bool reserved(std::string_view name) {
-  static const std::set<std::string_view> kNames = {"_METADATA", "_CHECKPOINT_METADATA", "_strings.json", "_sharding",
-                                                    "array_metadatas", "d", "manifest.ocdbt", "commit_success.txt",
-                                                    ".", ".."};
-  return kNames.contains(name) || name.starts_with("ocdbt.process_");
+  static const std::set<std::string_view> kNames = {
+      kTreeMetadataFile, kCheckpointMetadataFile, kStringsFile,       kShardingFile, kArrayMetadataFolder,
+      kOcdbtDataFolder,  kOcdbtManifestFile,      kCommitSuccessFile, ".",           ".."};
+  return kNames.contains(name) || name.starts_with(kOcdbtProcessPrefix);
 }
 
 // One leaf as Orbax stores it.
@@ -214,8 +208,8 @@ std::string checkpoint_metadata_json(const Tree* record_tree, std::span<const Tr
 }
 
 // Files inside the temporary directory are not synced one by one (10,000
-// arrays would cost 20,000 fsyncs): write_checkpoint syncs the file system
-// once before the rename.
+// arrays would cost 20,000 fsyncs): the AtomicDirectory's commit syncs the
+// file system once before the rename.
 void write_whole_file(const fs::path& path, std::span<const std::byte> bytes, const SaveOptions& options) {
   detail::AtomicFile file(path, {.fsync = false});
   if (!bytes.empty()) file.write_parallel({{.bytes = bytes, .offset = 0}}, 1);
@@ -226,80 +220,6 @@ void write_text(const fs::path& path, std::string_view text, const SaveOptions& 
   write_whole_file(path, std::as_bytes(std::span(text)), options);
 }
 
-[[noreturn]] void throw_io(const fs::path& path, const std::string& what, int error) {
-  throw Error(ErrorCode::kIo, what + ": " + std::strerror(error), {.path = path});
-}
-
-// fsync(directory), or syncfs() of its whole file system when `everything`:
-// every file and directory written under it reaches the disk.
-void sync_directory(const fs::path& directory, bool everything = false) {
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw_io(directory, "cannot open directory to sync it", errno);
-  const int result = everything ? ::syncfs(fd) : ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (result != 0 && error != EINVAL) throw_io(directory, "cannot sync directory", error);
-}
-
-// "<parent>/.<name>.ckpt-tmp-<random>/", removed with its contents unless
-// released.
-class TemporaryDirectory {
- public:
-  explicit TemporaryDirectory(const fs::path& final_path) {
-    std::random_device device;
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      char suffix[17];
-      std::snprintf(suffix, sizeof suffix, "%08x%08x", device(), device());
-      std::string name = ".";
-      name += final_path.filename().string();
-      name += ".ckpt-tmp-";
-      name += suffix;
-      path_ = final_path.parent_path() / name;
-      if (::mkdir(path_.c_str(), 0755) == 0) return;
-      if (errno != EEXIST) {
-        const int error = errno;
-        path_.clear();
-        if (error == ENOENT) throw Error(ErrorCode::kNotFound, "the parent directory does not exist", {.path = final_path});
-        throw_io(final_path, "cannot create the temporary directory", error);
-      }
-    }
-    path_.clear();
-    throw Error(ErrorCode::kIo, "cannot create a unique temporary directory", {.path = final_path});
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  ~TemporaryDirectory() {
-    std::error_code ignored;
-    if (!path_.empty()) fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-// Puts `temporary` at `path`: a rename, or an exchange with the checkpoint
-// already there (which then lies at `temporary`, to be removed).
-void install(const fs::path& temporary, const fs::path& path) {
-  std::error_code error;
-  if (!fs::exists(path, error)) {
-    if (::rename(temporary.c_str(), path.c_str()) != 0) throw_io(path, "cannot rename the new checkpoint into place", errno);
-    return;
-  }
-  if (::syscall(SYS_renameat2, AT_FDCWD, temporary.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) return;
-  if (errno != EINVAL && errno != ENOSYS) throw_io(path, "cannot exchange the new checkpoint with the old", errno);
-  // No RENAME_EXCHANGE on this file system: an empty old directory can be
-  // replaced by rename; a checkpoint is moved aside first (not atomic).
-  const fs::path aside = temporary.string() + "-old";
-  if (::rename(path.c_str(), aside.c_str()) != 0) throw_io(path, "cannot move the old checkpoint aside", errno);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int failure = errno;
-    ::rename(aside.c_str(), path.c_str());
-    throw_io(path, "cannot rename the new checkpoint into place", failure);
-  }
-  fs::rename(aside, temporary, error);
-}
-
 void check_target(const fs::path& path) {
   std::error_code error;
   if (!fs::exists(path, error)) return;
@@ -307,7 +227,7 @@ void check_target(const fs::path& path) {
     throw Error(ErrorCode::kInvalidArgument, "an Orbax checkpoint is a directory; refusing to replace this file",
                 {.path = path});
   }
-  if (!is_orbax_directory(path) && !fs::is_empty(path, error)) {
+  if (!detect_checkpoint(path) && !fs::is_empty(path, error)) {
     throw Error(ErrorCode::kInvalidArgument,
                 "refusing to replace a non-empty directory that is not an Orbax checkpoint", {.path = path});
   }
@@ -334,10 +254,10 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
   }
   check_target(path);
 
-  TemporaryDirectory temporary(path);
-  const fs::path& root = temporary.path();
-  write_text(root / "_METADATA", tree_metadata_json(leaves), options);
-  write_text(root / "_CHECKPOINT_METADATA", checkpoint_metadata, options);
+  detail::AtomicDirectory directory(path, {.fsync = options.fsync, .files_synced = false});
+  const fs::path& root = directory.path();
+  write_text(root / kTreeMetadataFile, tree_metadata_json(leaves), options);
+  write_text(root / kCheckpointMetadataFile, checkpoint_metadata, options);
   if (has_strings) {
     detail::JsonWriter strings;
     strings.begin_object();
@@ -347,7 +267,7 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
       strings.string(leaf.text);
     }
     strings.end_object();
-    write_text(root / "_strings.json", strings.text(), options);
+    write_text(root / kStringsFile, strings.text(), options);
   }
   std::vector<const PlannedLeaf*> arrays;
   for (const PlannedLeaf& leaf : leaves) {
@@ -360,21 +280,21 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
       throw Error(ErrorCode::kInvalidArgument, "tensor's buffer does not match its dtype and shape", {.entry = leaf.name});
     }
     const fs::path array_dir = root / leaf.name;
-    if (::mkdir(array_dir.c_str(), 0755) != 0) throw_io(array_dir, "cannot create the array's directory", errno);
+    if (::mkdir(array_dir.c_str(), 0755) != 0) {
+      detail::throw_io(array_dir, "cannot create the array's directory", errno);
+    }
     // zarr chunks are positive: an empty array states chunks of 1 and stores none.
     Shape chunks = tensor.shape();
     for (int64_t& dimension : chunks) dimension = std::max<int64_t>(dimension, 1);
-    const std::string zarray = zarray_json(tensor.dtype(), tensor.shape(), chunks, false, 0);
-    write_text(array_dir / ".zarray", zarray, options);
+    const std::string zarray = zarray_json(tensor.dtype(), tensor.shape(), chunks, {.zstd_level = std::nullopt});
+    write_text(array_dir / kZarrayFile, zarray, options);
     if (tensor.numel() > 0) {
       ZarrArray layout;
       layout.shape = tensor.shape();
       write_whole_file(array_dir / chunk_key(layout, std::vector<int64_t>(tensor.ndim(), 0)), tensor.bytes(), options);
     }
   });
-  if (options.fsync) sync_directory(root, true);
-  install(root, path);
-  if (options.fsync) sync_directory(path.parent_path().empty() ? fs::path(".") : path.parent_path());
+  directory.commit();
 }
 
 }  // namespace ckpt::orbax_detail

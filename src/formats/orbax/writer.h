@@ -25,13 +25,14 @@ inline constexpr bool kWriterReady = true;
 // custom_metadata holds ckpt's record of the exact tree (metadata.h
 // find_record), from which ckpt reads it back unchanged.
 //
-// Atomic: everything is written under "<parent>/.<name>.ckpt-tmp-<random>/"
-// (with options.fsync, made durable by one syncfs() of that file system
-// rather than an fsync per file), which then replaces `path` with one rename
-// (renameat2 RENAME_EXCHANGE when `path` is an existing checkpoint, whose
-// old copy is removed afterwards), and the parent is fsynced: a reader sees
-// the old checkpoint or the new one, never a mixture. A failure
-// leaves `path` as it was and removes the temporary directory.
+// Atomic (io/atomic_directory.h): everything is written into an
+// AtomicDirectory beside `path` (with options.fsync, made durable by one
+// syncfs() of that file system rather than an fsync per file), which then
+// replaces `path` with one rename (an exchange when `path` is an existing
+// checkpoint, whose old copy is removed afterwards), and the parent is
+// fsynced: a reader sees the old checkpoint or the new one, never a
+// mixture. A failure leaves `path` as it was and removes the temporary
+// directory.
 //
 // Throws Error{kUnsupported} naming the entry for what Orbax cannot hold (a
 // root that is not a map or list, two leaves with one Orbax parameter name,

@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "ckpt/cast.h"
+#include "core/box_copy.h"
 #include "core/json_writer.h"
 #include "formats/orbax/compression.h"
 
@@ -41,14 +43,17 @@ DType parse_dtype(std::string_view text, const ErrorContext& context) {
   fail(ErrorCode::kUnsupported, "unknown dtype \"" + std::string(text) + "\"", context);
 }
 
-Shape parse_dimensions(element value, const char* field, bool positive, const ErrorContext& context) {
+// Which dimensions parse_dimensions accepts: a shape's may be 0, chunks' not.
+enum class Dimensions { kNonNegative, kPositive };
+
+Shape parse_dimensions(element value, const char* field, Dimensions allowed, const ErrorContext& context) {
   simdjson::dom::array items;
   if (value.get_array().get(items)) fail(ErrorCode::kCorrupt, std::string(field) + " is not a list", context);
   Shape out;
   for (element item : items) {
     int64_t dimension = 0;
     if (item.get_int64().get(dimension)) fail(ErrorCode::kCorrupt, std::string(field) + " holds a non-integer", context);
-    if (dimension < 0 || (positive && dimension == 0)) {
+    if (dimension < 0 || (allowed == Dimensions::kPositive && dimension == 0)) {
       fail(ErrorCode::kCorrupt, std::string(field) + " holds " + std::to_string(dimension), context);
     }
     out.push_back(dimension);
@@ -108,34 +113,13 @@ Tensor parse_fill(element value, DType dtype, const ErrorContext& context) {
 void copy_chunk(const ZarrArray& array, std::span<const int64_t> index, std::span<const std::byte> chunk,
                 std::span<std::byte> out) {
   const size_t rank = array.shape.size();
-  const size_t item = dtype_size(array.dtype);
-  std::vector<uint64_t> out_stride(rank, item), chunk_stride(rank, item), extent(rank);
-  for (size_t d = rank; d-- > 1;) {
-    out_stride[d - 1] = out_stride[d] * static_cast<uint64_t>(array.shape[d]);
-    chunk_stride[d - 1] = chunk_stride[d] * static_cast<uint64_t>(array.chunks[d]);
-  }
-  uint64_t out_base = 0;
+  std::vector<int64_t> origin(rank), extent(rank);
   for (size_t d = 0; d < rank; ++d) {
-    const int64_t origin = index[d] * array.chunks[d];
-    extent[d] = static_cast<uint64_t>(std::min(array.chunks[d], array.shape[d] - origin));
-    out_base += static_cast<uint64_t>(origin) * out_stride[d];
+    origin[d] = index[d] * array.chunks[d];
+    extent[d] = std::min(array.chunks[d], array.shape[d] - origin[d]);
   }
-  const uint64_t run = extent[rank - 1] * item;
-  std::vector<uint64_t> position(rank, 0);
-  while (true) {
-    uint64_t out_offset = out_base, chunk_offset = 0;
-    for (size_t d = 0; d + 1 < rank; ++d) {
-      out_offset += position[d] * out_stride[d];
-      chunk_offset += position[d] * chunk_stride[d];
-    }
-    std::memcpy(out.data() + out_offset, chunk.data() + chunk_offset, run);
-    size_t d = rank - 1;
-    while (d-- > 0) {
-      if (++position[d] < extent[d]) break;
-      position[d] = 0;
-    }
-    if (d == static_cast<size_t>(-1)) break;
-  }
+  detail::copy_box({.element_size = dtype_size(array.dtype), .extent = extent, .to = out, .to_shape = array.shape,
+                    .to_origin = origin, .from = chunk, .from_shape = array.chunks});
 }
 
 // Writes the fill value (zeros when it is null) over `out`, a whole number
@@ -335,8 +319,8 @@ ZarrArray parse_zarray(std::string_view json, const ErrorContext& context) {
     fail(ErrorCode::kUnsupported, "dtype is not a string (structured dtypes are not read)", context);
   }
   array.dtype = parse_dtype(dtype, context);
-  array.shape = parse_dimensions(field("shape"), "shape", false, context);
-  array.chunks = parse_dimensions(field("chunks"), "chunks", true, context);
+  array.shape = parse_dimensions(field("shape"), "shape", Dimensions::kNonNegative, context);
+  array.chunks = parse_dimensions(field("chunks"), "chunks", Dimensions::kPositive, context);
   if (array.chunks.size() != array.shape.size()) {
     fail(ErrorCode::kCorrupt, "chunks has " + std::to_string(array.chunks.size()) + " dimensions, shape " +
                                   std::to_string(array.shape.size()), context);
@@ -379,7 +363,8 @@ std::string chunk_key(const ZarrArray& array, std::span<const int64_t> index) {
   return key;
 }
 
-Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context, bool defer) {
+Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context,
+                       const ZarrReadOptions& options) {
   const size_t item = dtype_size(array.dtype);
   uint64_t nbytes = 0, chunk_bytes = 0;
   try {
@@ -399,7 +384,7 @@ Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const 
       return Tensor(array.dtype, array.shape, *only);  // its size was checked above
     }
   }
-  if (defer && stored->sizes_known()) {
+  if (options.defer && stored->sizes_known()) {
     const auto size = static_cast<size_t>(nbytes);
     return Tensor(array.dtype, array.shape,
                   Buffer::deferred(std::make_shared<DeferredArrayStorage>(std::move(stored), size), size));
@@ -409,7 +394,7 @@ Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const 
   return tensor;
 }
 
-std::string zarray_json(DType dtype, const Shape& shape, const Shape& chunks, bool zstd, int zstd_level) {
+std::string zarray_json(DType dtype, const Shape& shape, const Shape& chunks, const ZarrayJsonOptions& options) {
   const DTypeInfo& info = dtype_info(dtype);
   detail::JsonWriter out;
   out.begin_object();
@@ -418,12 +403,12 @@ std::string zarray_json(DType dtype, const Shape& shape, const Shape& chunks, bo
   for (int64_t dimension : chunks) out.integer(dimension);
   out.end_array();
   out.key("compressor");
-  if (zstd) {
+  if (options.zstd_level) {
     out.begin_object();
     out.key("id");
     out.string("zstd");
     out.key("level");
-    out.integer(zstd_level);
+    out.integer(*options.zstd_level);
     out.end_object();
   } else {
     out.null();

@@ -38,8 +38,13 @@ std::string chunk_key(const ZarrArray& array, std::span<const int64_t> index);
 // chunk was never written.
 using ChunkSource = std::function<std::optional<Buffer>(const std::string& key)>;
 
+struct ZarrReadOptions {
+  // Decode when the bytes are first used rather than now (see below).
+  bool defer = false;
+};
+
 // Assembles the whole array. An uncompressed array of one chunk covering it
-// is a view of the stored bytes (no copy). Otherwise, with `defer`, the
+// is a view of the stored bytes (no copy). Otherwise, with options.defer, the
 // tensor's buffer is deferred (Buffer::deferred): its chunks are decoded
 // straight into the memory that asks for them (Tensor::read_into) or into
 // one heap block on first access; without, they are decoded now into one
@@ -56,11 +61,17 @@ using ChunkSource = std::function<std::optional<Buffer>(const std::string& key)>
 // decoding finds (damaged compressed data) throws Error{kCorrupt}, naming
 // the chunk, from the first access of a deferred tensor's bytes.
 Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const ErrorContext& context,
-                       bool defer = false);
+                       const ZarrReadOptions& options = {});
+
+struct ZarrayJsonOptions {
+  // The compressor: {"id": "zstd", "level": zstd_level}; nullopt: null
+  // (chunks stored raw).
+  std::optional<int> zstd_level;
+};
 
 // The `.zarray` document ckpt writes (keys sorted, as tensorstore writes
-// them): fill_value null, order C, dimension_separator ".", compressor
-// zstd at `zstd_level` or null.
-std::string zarray_json(DType dtype, const Shape& shape, const Shape& chunks, bool zstd, int zstd_level);
+// them): fill_value null, order C, dimension_separator ".", the compressor
+// that `options` names.
+std::string zarray_json(DType dtype, const Shape& shape, const Shape& chunks, const ZarrayJsonOptions& options = {});
 
 }  // namespace ckpt::orbax_detail

@@ -2,7 +2,7 @@
 // reader.cc and writer.cc; the byte layout in layout.h and
 // docs/formats/safetensors.md.
 
-#include "formats/safetensors/safetensors_format.h"
+#include "formats/safetensors/format.h"
 
 #include "ckpt/error.h"
 #include "formats/safetensors/reader.h"
@@ -19,7 +19,14 @@ class SafetensorsFormat final : public Format {
   }
   std::vector<std::string_view> extensions() const override { return {".safetensors"}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = true, .nested_tree = true, .checksums = true, .single_tensor = false, .metadata = true};
+    return {.read = true,
+            .write = true,
+            .nested_tree = true,
+            .checksums = true,
+            .single_tensor = false,
+            .metadata = true,
+            .colliding_names = true,
+            .ties = true};
   }
   std::vector<DType> dtypes() const override {
     // Every ckpt dtype; complex128 only with extras (stored as F64 pairs).

@@ -15,6 +15,7 @@
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
+#include "core/text.h"
 #include "formats/extras_json.h"
 #include "formats/safetensors/layout.h"
 #include "formats/tree_json.h"
@@ -151,7 +152,7 @@ class Reader {
     }
     const auto* text = reinterpret_cast<const char*>(bytes.data() + kHeaderLengthSize);
     const size_t length = static_cast<size_t>(header.length);
-    if (!simdjson::validate_utf8(text, length)) fail_header("header is not valid UTF-8");
+    if (!detail::valid_utf8(std::string_view(text, length))) fail_header("header is not valid UTF-8");
 
     element root;
     if (const auto error = parser_->parse(text, length).get(root)) {
@@ -497,7 +498,7 @@ class Reader {
                       const std::vector<Tensor>& tensors, Contents& contents, Find& find, Bad& bad) const {
     std::string_view kind_name;
     if (kind_value.get_string().get(kind_name)) bad("\"checksum\" is not a string");
-    const ChecksumKind kind = detail::checksum_from_name(kind_name);  // kUnsupported if unknown
+    const ChecksumKind kind = checksum_from_name(kind_name);  // kUnsupported if unknown
     if (kind == ChecksumKind::kNone) return;
     object sums;
     if (!sums_value || sums_value->get_object().get(sums)) bad("\"checksums\" is missing or not an object");

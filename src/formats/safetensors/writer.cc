@@ -1,7 +1,4 @@
 #include "formats/safetensors/writer.h"
-#include "formats/ties.h"
-
-#include <simdjson.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,10 +11,12 @@
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/json_writer.h"
+#include "core/parallel.h"
+#include "core/text.h"
 #include "formats/safetensors/layout.h"
+#include "formats/ties.h"
 #include "formats/tree_json.h"
 #include "io/atomic_file.h"
-#include "io/parallel.h"
 
 namespace ckpt::safetensors_detail {
 namespace {
@@ -51,7 +50,6 @@ struct Layout {
   throw Error(ErrorCode::kUnsupported, std::move(message), {.entry = std::string(entry)});
 }
 
-bool valid_utf8(std::string_view text) { return simdjson::validate_utf8(text.data(), text.size()); }
 
 // JSON string escaping without the quotes; escaping works per character, so
 // escaping pieces one by one gives the escape of their concatenation.
@@ -84,7 +82,7 @@ void check_plain(const Tree& node, const std::string& name, std::unordered_set<s
                           " cannot be stored without ckpt's extras (SaveOptions.extras)",
                       name);
         }
-        check_plain(entry.value, name.empty() ? *key : name + "." + *key, names);
+        check_plain(entry.value, detail::join_name(name, *key), names);
       }
       return;
     case Tree::Kind::kList:
@@ -99,7 +97,7 @@ void check_plain(const Tree& node, const std::string& name, std::unordered_set<s
 // is stored (plain readers, and huggingface's own, know no aliases).
 Layout plan_layout(const std::vector<Tree::Leaf>& leaves, bool extras) {
   for (const Tree::Leaf& leaf : leaves) {
-    if (!valid_utf8(leaf.name)) unsupported("tensor name is not valid UTF-8", leaf.name);
+    if (!detail::valid_utf8(leaf.name)) unsupported("tensor name is not valid UTF-8", leaf.name);
     if (leaf.name == kMetadataKey) unsupported("a tensor cannot be named \"__metadata__\" in safetensors", leaf.name);
   }
   const std::vector<size_t> tied_to = extras ? find_ties(leaves) : std::vector<size_t>(leaves.size(), kNotTied);
@@ -240,7 +238,7 @@ class HeaderBuilder {
     detail::write_tree_json(out, tree_, leaves_);
     if (checksummed()) {
       out.key(kChecksumField);
-      out.string(detail::checksum_name(options_.checksum));
+      out.string(checksum_name(options_.checksum));
       out.key(kChecksumsField);
     }
     return out.take();
@@ -295,7 +293,7 @@ void check_metadata(const Metadata& metadata) {
                   "metadata key \"" + std::string(kCkptKey) + "\" is reserved for ckpt's extras",
                   {.entry = "__metadata__." + key});
     }
-    if (!valid_utf8(key) || !valid_utf8(value)) {
+    if (!detail::valid_utf8(key) || !detail::valid_utf8(value)) {
       unsupported("metadata is not valid UTF-8", "__metadata__." + key);
     }
   }

@@ -3,7 +3,7 @@
 // reader.cc and writer.cc; the .index table in index_table.cc; names in
 // names.cc; the byte layout in layout.h and docs/formats/tf.md.
 
-#include "formats/tf/tf_format.h"
+#include "formats/tf/format.h"
 
 #include "ckpt/error.h"
 #include "formats/tf/paths.h"
@@ -25,7 +25,7 @@ class TfFormat final : public Format {
     // Any tree with extras (the skeleton in the header); without extras
     // nested maps of tensors, bytes and strings only.
     return {.read = true, .write = true, .nested_tree = true, .checksums = true, .single_tensor = false,
-            .metadata = false, .shards = true};
+            .metadata = false, .shards = true, .colliding_names = true, .ties = true, .state_file = true};
   }
   std::vector<DType> dtypes() const override {
     std::vector<DType> result;
@@ -40,7 +40,7 @@ class TfFormat final : public Format {
   }
 
   bool detect_path(const std::filesystem::path& path) const override {
-    return tf_detail::find_prefix(path, true).has_value();
+    return tf_detail::find_prefix(path, {.require_magic = true}).has_value();
   }
 
   Contents read(const std::filesystem::path& path, const LoadOptions& options) const override {

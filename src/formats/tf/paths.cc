@@ -26,10 +26,10 @@ bool is_file(const fs::path& path) {
   return fs::is_regular_file(path, error);
 }
 
-// True if `index` is a file that ends with the table magic.
-bool looks_like_index(const fs::path& index, bool require_magic) {
+// True if `index` is a file (that ends with the table magic, if required).
+bool looks_like_index(const fs::path& index, const FindPrefixOptions& options) {
   if (!is_file(index)) return false;
-  if (!require_magic) return true;
+  if (!options.require_magic) return true;
   std::ifstream in(index, std::ios::binary);
   if (!in.seekg(-static_cast<std::streamoff>(kTableFooterSize), std::ios::end)) return false;
   std::byte footer[kTableFooterSize];
@@ -37,7 +37,11 @@ bool looks_like_index(const fs::path& index, bool require_magic) {
   return has_table_magic(footer);
 }
 
-std::optional<CheckpointState> read_state(const fs::path& file, bool throwing) {
+// What read_state does with a state file it cannot read or parse.
+enum class OnFailure { kNullopt, kThrow };
+
+std::optional<CheckpointState> read_state(const fs::path& file, OnFailure on_failure) {
+  const bool throwing = on_failure == OnFailure::kThrow;
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     if (throwing) throw Error(ErrorCode::kIo, "cannot read the checkpoint state file", {.path = file});
@@ -76,41 +80,41 @@ fs::path latest_in(const fs::path& directory, const CheckpointState& state) {
 
 }  // namespace
 
-std::optional<fs::path> find_prefix(const fs::path& path, bool require_magic) noexcept {
+std::optional<fs::path> find_prefix(const fs::path& path, const FindPrefixOptions& options) noexcept {
   try {
     std::error_code error;
     if (fs::is_directory(path, error)) {
       const fs::path state_file = path / kStateFileName;
       if (is_file(state_file)) {
-        const auto state = read_state(state_file, false);
+        const auto state = read_state(state_file, OnFailure::kNullopt);
         if (!state || state->model_checkpoint_path().empty()) return std::nullopt;
         const fs::path prefix = latest_in(path, *state);
-        if (!looks_like_index(index_path(prefix), require_magic)) return std::nullopt;
+        if (!looks_like_index(index_path(prefix), options)) return std::nullopt;
         return prefix;
       }
       // A SavedModel directory: its variables are the bundle variables/variables.
       const fs::path saved_model_variables = path / kSavedModelVariables;
-      if (looks_like_index(index_path(saved_model_variables), require_magic)) return saved_model_variables;
+      if (looks_like_index(index_path(saved_model_variables), options)) return saved_model_variables;
     }
     const std::string text = path.string();
-    if (text.size() > 6 && text.ends_with(".index") && looks_like_index(path, require_magic)) {
+    if (text.size() > 6 && text.ends_with(".index") && looks_like_index(path, options)) {
       return fs::path(text.substr(0, text.size() - 6));
     }
-    if (looks_like_index(index_path(path), require_magic)) return path;
+    if (looks_like_index(index_path(path), options)) return path;
   } catch (...) {
   }
   return std::nullopt;
 }
 
 fs::path resolve_prefix(const fs::path& path) {
-  if (auto prefix = find_prefix(path, false)) return *prefix;
+  if (auto prefix = find_prefix(path, {.require_magic = false})) return *prefix;
   std::error_code error;
   if (fs::is_directory(path, error)) {
     const fs::path state_file = path / kStateFileName;
     if (!is_file(state_file)) {
       throw Error(ErrorCode::kNotFound, "directory holds no 'checkpoint' state file", {.path = path});
     }
-    const CheckpointState state = *read_state(state_file, true);
+    const CheckpointState state = *read_state(state_file, OnFailure::kThrow);
     throw Error(ErrorCode::kNotFound,
                 "the latest checkpoint named by the state file has no .index file",
                 {.path = state_file, .entry = state.model_checkpoint_path()});
@@ -148,11 +152,13 @@ std::vector<fs::path> remove_stale_shards(const fs::path& prefix, int num_shards
   return removed;
 }
 
-void update_state_file(const fs::path& prefix, bool fsync) {
+void update_state_file(const fs::path& prefix, const StateFileOptions& options) {
+  if (options.policy == StateFilePolicy::kLeave) return;
   const fs::path directory = prefix.has_parent_path() ? prefix.parent_path() : fs::path(".");
   const fs::path state_file = directory / kStateFileName;
-  if (!is_file(state_file)) return;
-  CheckpointState state = *read_state(state_file, true);
+  const bool present = is_file(state_file);
+  if (!present && options.policy == StateFilePolicy::kIfPresent) return;
+  const CheckpointState state = present ? *read_state(state_file, OnFailure::kThrow) : CheckpointState();
   const std::string name = prefix.filename().string();
   const bool timestamped = state.all_model_checkpoint_timestamps_size() == state.all_model_checkpoint_paths_size() &&
                            state.all_model_checkpoint_paths_size() > 0;
@@ -171,7 +177,7 @@ void update_state_file(const fs::path& prefix, bool fsync) {
   updated.set_last_preserved_timestamp(state.last_preserved_timestamp());
   std::string text;
   google::protobuf::TextFormat::PrintToString(updated, &text);
-  detail::AtomicFile file(state_file, {.fsync = fsync});
+  detail::AtomicFile file(state_file, {.fsync = options.fsync});
   file.write_at(std::as_bytes(std::span(text)), 0);
   file.commit();
 }

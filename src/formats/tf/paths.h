@@ -7,18 +7,26 @@
 #include <optional>
 #include <vector>
 
+#include "ckpt/format.h"
+
 namespace ckpt::tf_detail {
+
+struct FindPrefixOptions {
+  // The .index file must end with LevelDB's table magic (detection); off,
+  // it need only exist (reading, which validates it in full).
+  bool require_magic = true;
+};
 
 // The bundle prefix that `path` names, or nullopt: `path` itself when
 // "<path>.index" is a file; "<path>" minus ".index" when `path` is the
 // .index file; for a directory holding a `checkpoint` state file, its
 // model_checkpoint_path (relative to the directory unless absolute); for a
 // SavedModel directory, its "variables/variables" bundle. Cheap
-// checks only (the .index file must exist and end with LevelDB's table
-// magic, unless `require_magic` is false); never throws.
-std::optional<std::filesystem::path> find_prefix(const std::filesystem::path& path, bool require_magic) noexcept;
+// checks only (see FindPrefixOptions); never throws.
+std::optional<std::filesystem::path> find_prefix(const std::filesystem::path& path,
+                                                 const FindPrefixOptions& options = {}) noexcept;
 
-// As find_prefix(path, false), for reading. Throws Error{kNotFound} naming
+// As find_prefix(path, {.require_magic = false}), for reading. Throws Error{kNotFound} naming
 // `path` (or the state file's entry) when no bundle is there, {kCorrupt} if
 // the state file cannot be parsed.
 std::filesystem::path resolve_prefix(const std::filesystem::path& path);
@@ -37,12 +45,23 @@ std::filesystem::path prefix_for_write(const std::filesystem::path& path);
 // the files removed.
 std::vector<std::filesystem::path> remove_stale_shards(const std::filesystem::path& prefix, int num_shards) noexcept;
 
-// If the directory of `prefix` already holds a `checkpoint` state file,
-// rewrites it (atomically) with model_checkpoint_path = the prefix's file
-// name, which is also appended to all_model_checkpoint_paths (moved to the
-// end if already listed; a timestamp is appended when the file keeps one per
-// path). Without a state file nothing is written.
-// Throws Error{kCorrupt} if the state file cannot be parsed, {kIo}.
-void update_state_file(const std::filesystem::path& prefix, bool fsync);
+struct StateFileOptions {
+  StateFilePolicy policy = StateFilePolicy::kIfPresent;
+  bool fsync = true;  // fsync the state file and its directory
+};
+
+// Names the bundle at `prefix` as the latest of its directory in the
+// directory's `checkpoint` state file, as options.policy says: kLeave does
+// nothing; kIfPresent and kUpdate rewrite an existing state file
+// (atomically) with model_checkpoint_path = the prefix's file name, which
+// is also appended to all_model_checkpoint_paths (moved to the end if
+// already listed; a timestamp is appended when the file keeps one per
+// path). Without a state file, kIfPresent writes nothing and kUpdate
+// creates one naming only this prefix, byte for byte as
+// tf.train.Checkpoint.save writes its first:
+//   model_checkpoint_path: "NAME"
+//   all_model_checkpoint_paths: "NAME"
+// Throws Error{kCorrupt} if an existing state file cannot be parsed, {kIo}.
+void update_state_file(const std::filesystem::path& prefix, const StateFileOptions& options);
 
 }  // namespace ckpt::tf_detail

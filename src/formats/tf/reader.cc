@@ -10,6 +10,7 @@
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
+#include "core/text.h"
 #include "formats/tf/index_table.h"
 #include "formats/tf/layout.h"
 #include "formats/tf/names.h"
@@ -36,13 +37,6 @@ std::optional<DType> dtype_from_tf(int code) {
     if (info.tf_code > 0 && info.tf_code == code) return info.dtype;  // -1: TF has no code for it
   }
   return std::nullopt;
-}
-
-std::string hex8(uint32_t value) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string text(8, '0');
-  for (int i = 7; i >= 0; --i, value >>= 4) text[static_cast<size_t>(i)] = kDigits[value & 0xf];
-  return text;
 }
 
 // One validated entry of the index.
@@ -266,7 +260,7 @@ class Reader {
     auto check_crc = [&](uint32_t actual) {
       if (actual != entry.crc) {
         throw Error(ErrorCode::kCorrupt,
-                    "CRC-32C mismatch: stored " + hex8(entry.crc) + ", computed " + hex8(actual),
+                    "CRC-32C mismatch: stored " + detail::hex8(entry.crc) + ", computed " + detail::hex8(actual),
                     {.path = file.path(), .entry = entry.key, .offset = offset});
       }
     };
@@ -364,7 +358,7 @@ class Reader {
                                            static_cast<uint64_t>(entry->proto.offset()),
                                            entry->slices.empty() ? static_cast<uint64_t>(entry->proto.size())
                                                                  : entry->numel * dtype_size(*entry->dtype),
-                                           entry->slices.empty() ? hex8(entry->crc) : std::string()});
+                                           entry->slices.empty() ? detail::hex8(entry->crc) : std::string()});
     }
     return contents;
   }

@@ -1,6 +1,8 @@
 #include "formats/tf/slices.h"
 
-#include <cstring>
+#include <vector>
+
+#include "core/box_copy.h"
 
 namespace ckpt::tf_detail {
 
@@ -29,40 +31,15 @@ std::optional<std::string> slice_key_name(std::string_view key) {
   return std::nullopt;
 }
 
-namespace {
-
-void copy_block(std::byte* full, const std::byte*& part, const Shape& shape, const SliceSpec& slice,
-                const std::vector<uint64_t>& strides, size_t dim, size_t element_size) {
-  const int64_t start = slice[dim].start;
-  const int64_t length = slice[dim].length < 0 ? shape[dim] : slice[dim].length;
-  std::byte* base = full + static_cast<uint64_t>(start) * strides[dim];
-  if (dim + 1 == shape.size()) {
-    const size_t bytes = static_cast<size_t>(length) * element_size;
-    std::memcpy(base, part, bytes);
-    part += bytes;
-    return;
-  }
-  for (int64_t i = 0; i < length; ++i) {
-    copy_block(base + static_cast<uint64_t>(i) * strides[dim], part, shape, slice, strides, dim + 1, element_size);
-  }
-}
-
-}  // namespace
-
 void copy_slice(std::span<std::byte> full, const Shape& shape, size_t element_size, const SliceSpec& slice,
                 std::span<const std::byte> part) {
-  if (shape.empty()) {
-    std::memcpy(full.data(), part.data(), part.size());
-    return;
+  std::vector<int64_t> start(shape.size()), lengths(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    start[d] = slice[d].start;
+    lengths[d] = slice[d].length < 0 ? shape[d] : slice[d].length;
   }
-  std::vector<uint64_t> strides(shape.size());
-  uint64_t stride = element_size;
-  for (size_t d = shape.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= static_cast<uint64_t>(shape[d]);
-  }
-  const std::byte* cursor = part.data();
-  copy_block(full.data(), cursor, shape, slice, strides, 0, element_size);
+  detail::copy_box({.element_size = element_size, .extent = lengths, .to = full, .to_shape = shape,
+                    .to_origin = start, .from = part, .from_shape = lengths});
 }
 
 }  // namespace ckpt::tf_detail

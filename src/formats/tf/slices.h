@@ -33,8 +33,9 @@ inline bool is_slice_key(std::string_view key) { return !key.empty() && key.fron
 std::optional<std::string> slice_key_name(std::string_view key);
 
 // Copies `part`, the C-order bytes of `slice` of a tensor of `shape`, into
-// `full` (the whole tensor's bytes). The caller has checked that the slice
-// lies inside `shape` and that part.size() matches its lengths.
+// `full` (the whole tensor's bytes), by core/box_copy.h. The caller has
+// checked that the slice lies inside `shape` and that part.size() matches
+// its lengths (copy_box throws Error{kInvalidArgument} otherwise).
 void copy_slice(std::span<std::byte> full, const Shape& shape, size_t element_size, const SliceSpec& slice,
                 std::span<const std::byte> part);
 

@@ -10,13 +10,14 @@
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
+#include "core/json_writer.h"
+#include "core/text.h"
 #include "formats/tf/layout.h"
 #include "formats/tf/names.h"
 #include "formats/tf/paths.h"
 #include "formats/tf/strings.h"
 #include "formats/tf/tensor_bundle.pb.h"
 #include "formats/tree_json.h"
-#include "core/json_writer.h"
 #include "io/atomic_file.h"
 
 namespace ckpt::tf_detail {
@@ -28,14 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string dotted(const TreePath& path) {
-  std::string name;
-  for (const std::string& key : path) name += (name.empty() ? "" : ".") + key;
-  return name;
-}
-
 [[noreturn]] void unsupported(std::string message, const TreePath& path) {
-  throw Error(ErrorCode::kUnsupported, std::move(message), {.entry = dotted(path)});
+  throw Error(ErrorCode::kUnsupported, std::move(message), {.entry = detail::join_names(path)});
 }
 
 // One leaf to store.
@@ -78,7 +73,7 @@ class Writer {
     // The new .index names none of the shards of an earlier bundle of
     // another shard count at this prefix: remove them.
     remove_stale_shards(prefix_, num_shards);
-    update_state_file(prefix_, options_.fsync);
+    update_state_file(prefix_, {.policy = options_.state_file, .fsync = options_.fsync});
   }
 
  private:
@@ -198,7 +193,7 @@ class Writer {
       if (item.key == kHeaderKey) unsupported("the empty key is the bundle's header", item.path);
       const auto [it, inserted] = seen.emplace(item.key, i);
       if (!inserted) {
-        unsupported("two leaves map to the key '" + item.key + "' (the other: " + dotted(items_[it->second].path) + ")",
+        unsupported("two leaves map to the key '" + item.key + "' (the other: " + detail::join_names(items_[it->second].path) + ")",
                     item.path);
       }
     }
@@ -236,7 +231,7 @@ class Writer {
           throw Error(ErrorCode::kUnsupported,
                       "max_shard_bytes " + std::to_string(limit) + " would split the bundle into more than " +
                           std::to_string(kMaxWriteShards) + " shards",
-                      {.entry = dotted(item.path)});
+                      {.entry = detail::join_names(item.path)});
         }
         shard_sizes_.push_back(0);
         offset = 0;

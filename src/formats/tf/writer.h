@@ -41,8 +41,9 @@ namespace ckpt::tf_detail {
 // count stays whole: its shards have other names). After the .index is
 // renamed, the shards of an earlier bundle of another shard count at PREFIX
 // are removed (paths.h remove_stale_shards).
-// Afterwards, if the prefix's directory holds a `checkpoint` state file, it
-// is updated to name this prefix as the latest (paths.h update_state_file).
+// Afterwards the prefix's directory's `checkpoint` state file names this
+// prefix as the latest as options.state_file says (by default only when the
+// directory has one already; paths.h update_state_file).
 // Throws Error{kUnsupported} naming the leaf for what a bundle cannot hold:
 // without extras, none, bool, int and float leaves, integer keys, empty maps,
 // lists of anything but bytes/strings, ragged string lists; always, a root

@@ -1,9 +1,9 @@
 // The torch Format plugin: reads zip (torch >= 1.6) and legacy torch.save
 // files, writes zip files as torch 2.x lays them out.
 
-#include "formats/torch/torch_format.h"
-#include "formats/torch/torch_reader.h"
-#include "formats/torch/torch_writer.h"
+#include "formats/torch/format.h"
+#include "formats/torch/reader.h"
+#include "formats/torch/writer.h"
 
 namespace ckpt {
 namespace {
@@ -14,7 +14,8 @@ class TorchFormat final : public Format {
   std::string_view description() const override { return "PyTorch torch.save (.pt/.pth/.bin/.ckpt; zip and legacy)"; }
   std::vector<std::string_view> extensions() const override { return {".pt", ".pth", ".bin", ".ckpt"}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = true, .nested_tree = true, .checksums = true, .metadata = true};
+    return {.read = true, .write = true, .nested_tree = true, .checksums = true, .metadata = true,
+            .colliding_names = true, .ties = true};
   }
   std::vector<DType> dtypes() const override {
     std::vector<DType> dtypes;
@@ -22,13 +23,13 @@ class TorchFormat final : public Format {
     return dtypes;
   }
   bool detect(std::span<const std::byte> head, uint64_t file_size) const override {
-    return torch_detail::looks_like_torch(head, file_size);
+    return torch_detail::detect_file(head, file_size);
   }
   Contents read(const std::filesystem::path& path, const LoadOptions& options) const override {
-    return torch_detail::read_torch(path, options);
+    return torch_detail::read_file(path, options);
   }
   void write(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) const override {
-    torch_detail::write_torch(path, tree, options);
+    torch_detail::write_file(path, tree, options);
   }
 };
 

@@ -72,7 +72,7 @@ std::optional<std::string> unsupported_torch_global(std::string_view module, std
 
 }  // namespace
 
-PyObject* Machine::make_global(std::string_view module, std::string_view name) {
+PickleValue* Machine::make_global(std::string_view module, std::string_view name) {
   std::optional<GlobalInfo> info = resolve_global(module, name);
   const std::string full = std::string(module) + "." + std::string(name);
   if (!info) {
@@ -83,26 +83,26 @@ PyObject* Machine::make_global(std::string_view module, std::string_view name) {
              "': ckpt reads tensors and plain values only and never imports or calls code from a checkpoint",
          ErrorCode::kUnsupported);
   }
-  PyObject* object = make_text(Kind::kGlobal, full);
+  PickleValue* object = make_text(Kind::kGlobal, full);
   object->global = info->global;
   object->dtype = info->dtype;
   return object;
 }
 
-PyObject* Machine::call(PyObject* callable, PyObject* args) {
+PickleValue* Machine::call(PickleValue* callable, PickleValue* args) {
   if (callable->kind != Kind::kGlobal) fail("call of a value that is not a global");
   switch (callable->global) {
     case Global::kOrderedDict: {
       const auto& items = arguments(args, callable->text.c_str(), 0, 1);
-      PyObject* dict = make(Kind::kDict);
+      PickleValue* dict = make(Kind::kDict);
       dict->flag = callable->text == "collections.OrderedDict";
       if (!items.empty()) {  // OrderedDict([(k, v), ...]) or Counter({...})
-        PyObject* source = items[0];
+        PickleValue* source = items[0];
         if (source->kind == Kind::kDict) {
           charge_copy(source->items.size());
           dict->items = source->items;
         } else if (source->kind == Kind::kList || source->kind == Kind::kTuple) {
-          for (PyObject* pair : source->items) {
+          for (PickleValue* pair : source->items) {
             if (pair->kind != Kind::kTuple || pair->items.size() != 2) fail("OrderedDict item is not a pair");
             dict->items.push_back(pair->items[0]);
             dict->items.push_back(pair->items[1]);
@@ -115,7 +115,7 @@ PyObject* Machine::call(PyObject* callable, PyObject* args) {
     }
     case Global::kSet: {
       const auto& items = arguments(args, "set", 0, 1);
-      PyObject* set = make(Kind::kSet);
+      PickleValue* set = make(Kind::kSet);
       if (!items.empty()) {
         if (items[0]->kind != Kind::kList && items[0]->kind != Kind::kTuple && items[0]->kind != Kind::kSet) {
           fail("set from a value that is not a list");
@@ -146,7 +146,7 @@ PyObject* Machine::call(PyObject* callable, PyObject* args) {
     }
     case Global::kSize: {
       const auto& items = arguments(args, "torch.Size", 0, 1);
-      PyObject* tuple = make(Kind::kTuple);
+      PickleValue* tuple = make(Kind::kTuple);
       if (!items.empty()) {
         int_tuple(items[0], "torch.Size");
         charge_copy(items[0]->items.size());
@@ -176,7 +176,7 @@ PyObject* Machine::call(PyObject* callable, PyObject* args) {
     case Global::kRebuildTensorV3: return rebuild_tensor(callable->global, args);
     case Global::kRebuildParameter: {
       const auto& items = arguments(args, "_rebuild_parameter", 3, 4);
-      PyObject* tensor = items[0];
+      PickleValue* tensor = items[0];
       if (tensor->kind != Kind::kTensor) fail("_rebuild_parameter of a value that is not a tensor");
       result_.tensors[static_cast<size_t>(tensor->integer)].parameter = true;
       return tensor;
@@ -192,7 +192,7 @@ PyObject* Machine::call(PyObject* callable, PyObject* args) {
       if (items[0]->kind != Kind::kGlobal || items[0]->global == Global::kRebuildFromType) {
         fail("_rebuild_from_type_v2 must call a tensor rebuild function");
       }
-      PyObject* tensor = call(items[0], items[2]);
+      PickleValue* tensor = call(items[0], items[2]);
       if (tensor->kind != Kind::kTensor) fail("_rebuild_from_type_v2 did not rebuild a tensor");
       if (items[1]->text.ends_with("Parameter")) result_.tensors[static_cast<size_t>(tensor->integer)].parameter = true;
       return tensor;
@@ -204,19 +204,19 @@ PyObject* Machine::call(PyObject* callable, PyObject* args) {
   fail("call of '" + callable->text + "'");
 }
 
-PyObject* Machine::rebuild_tensor(Global which, PyObject* args) {
+PickleValue* Machine::rebuild_tensor(Global which, PickleValue* args) {
   const char* what = which == Global::kRebuildTensor     ? "_rebuild_tensor"
                      : which == Global::kRebuildTensorV2 ? "_rebuild_tensor_v2"
                                                          : "_rebuild_tensor_v3";
   const size_t min = which == Global::kRebuildTensor ? 4 : which == Global::kRebuildTensorV2 ? 6 : 7;
   const auto& items = arguments(args, what, min, min + 1);
-  PyObject* storage = items[0];
+  PickleValue* storage = items[0];
   if (storage->kind != Kind::kStorage) fail(std::string(what) + ": first argument is not a storage");
   TensorRef tensor;
   tensor.storage = static_cast<uint32_t>(storage->integer);
   const StorageRef& ref = result_.storages[tensor.storage];
   if (which == Global::kRebuildTensorV3) {
-    PyObject* dtype = items[6];
+    PickleValue* dtype = items[6];
     if (dtype->kind != Kind::kGlobal || dtype->global != Global::kDType) fail("_rebuild_tensor_v3: bad dtype");
     tensor.dtype = *dtype->dtype;
   } else if (ref.dtype) {
@@ -241,11 +241,11 @@ PyObject* Machine::rebuild_tensor(Global which, PyObject* args) {
   // conj and neg bits of lazy views.
   const size_t metadata_at = which == Global::kRebuildTensorV2 ? 6 : 7;
   if (which != Global::kRebuildTensor && items.size() > metadata_at) {
-    const PyObject* metadata = items[metadata_at];
+    const PickleValue* metadata = items[metadata_at];
     if (metadata->kind == Kind::kDict) {
       for (size_t i = 0; i + 1 < metadata->items.size(); i += 2) {
-        const PyObject* key = metadata->items[i];
-        const PyObject* value = metadata->items[i + 1];
+        const PickleValue* key = metadata->items[i];
+        const PickleValue* value = metadata->items[i + 1];
         const bool on = value->kind == Kind::kBool && value->flag;
         if (key->kind == Kind::kStr && key->text == "conj") {
           tensor.conj = on;
@@ -261,13 +261,13 @@ PyObject* Machine::rebuild_tensor(Global which, PyObject* args) {
       fail(std::string(what) + ": metadata is not a dict");
     }
   }
-  PyObject* object = make(Kind::kTensor);
+  PickleValue* object = make(Kind::kTensor);
   object->integer = static_cast<int64_t>(result_.tensors.size());
   result_.tensors.push_back(std::move(tensor));
   return object;
 }
 
-void Machine::build(PyObject* target, PyObject* state) {
+void Machine::build(PickleValue* target, PickleValue* state) {
   // OrderedDict state dicts carry `_metadata` (module versions) as instance
   // state; it is accepted and not kept. Nothing else has state.
   if (target->kind == Kind::kDict && (state->kind == Kind::kDict || state->kind == Kind::kNone)) return;
@@ -275,14 +275,14 @@ void Machine::build(PyObject* target, PyObject* state) {
   fail("BUILD (object state) is only accepted on dicts", ErrorCode::kUnsupported);
 }
 
-PyObject* Machine::persistent_load(PyObject* pid) {
+PickleValue* Machine::persistent_load(PickleValue* pid) {
   const size_t fields = options_.legacy ? 6 : 5;
   if (pid->kind != Kind::kTuple || pid->items.size() != fields || pid->items[0]->kind != Kind::kStr ||
       pid->items[0]->text != "storage") {
     fail("persistent id is not a " + std::to_string(fields) + "-tuple ('storage', ...)");
   }
   const auto& items = pid->items;
-  PyObject* type = items[1];
+  PickleValue* type = items[1];
   if (type->kind != Kind::kGlobal || type->global != Global::kStorageType) {
     fail("persistent id names no storage class");
   }
@@ -302,11 +302,11 @@ PyObject* Machine::persistent_load(PyObject* pid) {
                                 .location = items[3]->text});
     result_.storage_index.emplace(key, index);
   }
-  PyObject* storage = make(Kind::kStorage);
+  PickleValue* storage = make(Kind::kStorage);
   storage->integer = index;
   if (options_.legacy && items[5]->kind != Kind::kNone) {
     // (view_key, offset, size): a view of the root storage `key`.
-    PyObject* view = items[5];
+    PickleValue* view = items[5];
     if (view->kind != Kind::kTuple || view->items.size() != 3) fail("legacy storage view is not a 3-tuple");
     const int64_t view_offset = int_argument(view->items[1], "storage view offset");
     const int64_t view_size = int_argument(view->items[2], "storage view size");

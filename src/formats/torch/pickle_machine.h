@@ -16,7 +16,7 @@
 
 namespace ckpt::torch_detail {
 
-using Kind = PyObject::Kind;
+using Kind = PickleValue::Kind;
 
 inline constexpr size_t kArenaChunk = 1024;
 
@@ -66,32 +66,32 @@ class Machine {
     throw Error(code, message, {.offset = options_.file_offset + op_pos_});
   }
 
-  PyObject* make(Kind kind) {
+  PickleValue* make(Kind kind) {
     if (result_.arena.empty() || result_.arena_used == kArenaChunk) {
-      result_.arena.push_back(std::make_unique<PyObject[]>(kArenaChunk));
+      result_.arena.push_back(std::make_unique<PickleValue[]>(kArenaChunk));
       result_.arena_used = 0;
     }
-    PyObject& object = result_.arena.back()[result_.arena_used++];
+    PickleValue& object = result_.arena.back()[result_.arena_used++];
     object.kind = kind;
     return &object;
   }
-  PyObject* make_int(int64_t value) {
+  PickleValue* make_int(int64_t value) {
     // Small non-negative ints (sizes, strides, offsets) are shared: objects
     // are never mutated once made.
     if (value >= 0 && value < kSmallInts) {
-      PyObject*& cached = small_ints_[static_cast<size_t>(value)];
+      PickleValue*& cached = small_ints_[static_cast<size_t>(value)];
       if (cached == nullptr) {
         cached = make(Kind::kInt);
         cached->integer = value;
       }
       return cached;
     }
-    PyObject* object = make(Kind::kInt);
+    PickleValue* object = make(Kind::kInt);
     object->integer = value;
     return object;
   }
-  PyObject* make_text(Kind kind, std::string text) {
-    PyObject* object = make(kind);
+  PickleValue* make_text(Kind kind, std::string text) {
+    PickleValue* object = make(kind);
     object->text = std::move(text);
     return object;
   }
@@ -124,22 +124,22 @@ class Machine {
     const uint8_t* p = take(length);
     return std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(length));
   }
-  PyObject* take_str(uint64_t length) {
+  PickleValue* take_str(uint64_t length) {
     std::string text = take_string(length);
-    if (!valid_utf8(text)) fail("string is not valid UTF-8");
+    if (!detail::valid_utf8(text, kPickleUtf8)) fail("string is not valid UTF-8");
     return make_text(Kind::kStr, std::move(text));
   }
 
   // Stack.
   size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
-  void push(PyObject* object) { stack_.push_back(object); }
-  PyObject* pop() {
+  void push(PickleValue* object) { stack_.push_back(object); }
+  PickleValue* pop() {
     if (stack_.size() <= floor()) fail("pickle stack underflow");
-    PyObject* object = stack_.back();
+    PickleValue* object = stack_.back();
     stack_.pop_back();
     return object;
   }
-  PyObject* top() {
+  PickleValue* top() {
     if (stack_.size() <= floor()) fail("pickle stack underflow");
     return stack_.back();
   }
@@ -152,7 +152,7 @@ class Machine {
   }
   // The object just below a mark that was taken (the container that
   // APPENDS / SETITEMS fill).
-  PyObject* below(size_t mark) {
+  PickleValue* below(size_t mark) {
     if (mark <= floor()) fail("pickle stack underflow");
     return stack_[mark - 1];
   }
@@ -162,17 +162,17 @@ class Machine {
     stack_.resize(mark);
   }
   // The objects above the last mark, which is removed.
-  std::vector<PyObject*> pop_mark() {
+  std::vector<PickleValue*> pop_mark() {
     if (marks_.empty()) fail("pickle has no MARK to pop to");
     const size_t mark = marks_.back();
     marks_.pop_back();
-    std::vector<PyObject*> items(stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
+    std::vector<PickleValue*> items(stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
     stack_.resize(mark);
     return items;
   }
 
   // Memo.
-  void put(uint64_t index, PyObject* object) {
+  void put(uint64_t index, PickleValue* object) {
     // Indices beyond the pickle's size cannot come from a sequential writer;
     // they go to a map so that a huge index cannot force a huge vector.
     if (index < size_) {
@@ -183,7 +183,7 @@ class Machine {
       if (sparse_memo_.insert_or_assign(index, object).second) ++memo_count_;
     }
   }
-  PyObject* get(uint64_t index) {
+  PickleValue* get(uint64_t index) {
     if (index < memo_.size() && memo_[index] != nullptr) return memo_[index];
     if (auto found = sparse_memo_.find(index); found != sparse_memo_.end()) return found->second;
     fail("memo key " + std::to_string(index) + " was never stored");
@@ -200,7 +200,7 @@ class Machine {
     return value;
   }
 
-  PyObject* make_long(const uint8_t* p, uint64_t length) {
+  PickleValue* make_long(const uint8_t* p, uint64_t length) {
     if (length == 0) return make_int(0);
     if (length <= 8) {
       uint64_t value = 0;
@@ -220,7 +220,7 @@ class Machine {
     return make_text(Kind::kBigInt, std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(length)));
   }
 
-  PyObject* make_global(std::string_view module, std::string_view name);
+  PickleValue* make_global(std::string_view module, std::string_view name);
 
   void step(uint8_t op);
 
@@ -244,33 +244,33 @@ class Machine {
   }
 
   // Arguments of an interpreted call.
-  const ItemList& arguments(PyObject* args, const char* what, size_t min, size_t max) {
+  const ItemList& arguments(PickleValue* args, const char* what, size_t min, size_t max) {
     if (args->kind != Kind::kTuple) fail(std::string(what) + ": arguments are not a tuple");
     if (args->items.size() < min || args->items.size() > max) {
       fail(std::string(what) + ": " + std::to_string(args->items.size()) + " arguments");
     }
     return args->items;
   }
-  int64_t int_argument(PyObject* object, const char* what) {
+  int64_t int_argument(PickleValue* object, const char* what) {
     if (object->kind == Kind::kInt) return object->integer;
     if (object->kind == Kind::kBool) return object->flag ? 1 : 0;
     fail(std::string(what) + " must be an integer");
   }
-  std::vector<int64_t> int_tuple(PyObject* object, const char* what) {
+  std::vector<int64_t> int_tuple(PickleValue* object, const char* what) {
     if (object->kind != Kind::kTuple && object->kind != Kind::kList) fail(std::string(what) + " must be a tuple");
     std::vector<int64_t> values;
     values.reserve(object->items.size());
-    for (PyObject* item : object->items) values.push_back(int_argument(item, what));
+    for (PickleValue* item : object->items) values.push_back(int_argument(item, what));
     return values;
   }
 
-  PyObject* call(PyObject* callable, PyObject* args);
+  PickleValue* call(PickleValue* callable, PickleValue* args);
 
-  PyObject* rebuild_tensor(Global which, PyObject* args);
+  PickleValue* rebuild_tensor(Global which, PickleValue* args);
 
-  void build(PyObject* target, PyObject* state);
+  void build(PickleValue* target, PickleValue* state);
 
-  PyObject* persistent_load(PyObject* pid);
+  PickleValue* persistent_load(PickleValue* pid);
 
   const uint8_t* data_;
   size_t size_;
@@ -278,18 +278,18 @@ class Machine {
   size_t pos_ = 0;
   size_t op_pos_ = 0;
   Pickle result_;
-  std::vector<PyObject*> stack_;
+  std::vector<PickleValue*> stack_;
   std::vector<size_t> marks_;
-  std::vector<PyObject*> memo_;
-  std::unordered_map<uint64_t, PyObject*> sparse_memo_;
+  std::vector<PickleValue*> memo_;
+  std::unordered_map<uint64_t, PickleValue*> sparse_memo_;
   uint64_t memo_count_ = 0;
   static constexpr int64_t kSmallInts = 256;
   static constexpr size_t kCopySlack = size_t{1} << 16;
   size_t copied_ = 0;
-  PyObject* small_ints_[kSmallInts] = {};
-  PyObject* none_;
-  PyObject* true_;
-  PyObject* false_;
+  PickleValue* small_ints_[kSmallInts] = {};
+  PickleValue* none_;
+  PickleValue* true_;
+  PickleValue* false_;
 };
 
 }  // namespace ckpt::torch_detail

@@ -77,7 +77,7 @@ void Machine::step(uint8_t op) {
       const uint8_t* p = take(8);
       uint64_t bits = 0;
       for (size_t i = 0; i < 8; ++i) bits = bits << 8 | p[i];  // big-endian
-      PyObject* object = make(Kind::kFloat);
+      PickleValue* object = make(Kind::kFloat);
       object->real = std::bit_cast<double>(bits);
       push(object);
       return;
@@ -87,7 +87,7 @@ void Machine::step(uint8_t op) {
       char* end = nullptr;
       const double value = std::strtod(line.c_str(), &end);
       if (line.empty() || end != line.c_str() + line.size()) fail("bad FLOAT argument");
-      PyObject* object = make(Kind::kFloat);
+      PickleValue* object = make(Kind::kFloat);
       object->real = value;
       push(object);
       return;
@@ -104,7 +104,7 @@ void Machine::step(uint8_t op) {
       const uint64_t length = op == kBinString ? take_le(4) : take_le(1);
       if (op == kBinString && (length & 0x80000000u)) fail("BINSTRING with a negative length");
       std::string text = take_string(length);
-      const bool utf8 = valid_utf8(text);
+      const bool utf8 = detail::valid_utf8(text, kPickleUtf8);
       push(make_text(utf8 ? Kind::kStr : Kind::kBytes, std::move(text)));
       return;
     }
@@ -121,16 +121,16 @@ void Machine::step(uint8_t op) {
     case kTuple2:
     case kTuple3: {
       const size_t count = op - kTuple1 + 1;
-      PyObject* popped[3];
+      PickleValue* popped[3];
       for (size_t i = count; i-- > 0;) popped[i] = pop();
-      PyObject* tuple = make(Kind::kTuple);
+      PickleValue* tuple = make(Kind::kTuple);
       tuple->items.append(popped, popped + count);
       push(tuple);
       return;
     }
     case kTuple: {
       const size_t mark = take_mark();
-      PyObject* tuple = make(Kind::kTuple);
+      PickleValue* tuple = make(Kind::kTuple);
       move_above(mark, tuple->items);
       push(tuple);
       return;
@@ -138,21 +138,21 @@ void Machine::step(uint8_t op) {
     case kEmptyList: push(make(Kind::kList)); return;
     case kList: {
       const size_t mark = take_mark();
-      PyObject* list = make(Kind::kList);
+      PickleValue* list = make(Kind::kList);
       move_above(mark, list->items);
       push(list);
       return;
     }
     case kAppend: {
-      PyObject* value = pop();
-      PyObject* list = top();
+      PickleValue* value = pop();
+      PickleValue* list = top();
       if (list->kind != Kind::kList) fail("APPEND to a non-list");
       list->items.push_back(value);
       return;
     }
     case kAppends: {
       const size_t mark = take_mark();
-      PyObject* list = below(mark);
+      PickleValue* list = below(mark);
       if (list->kind != Kind::kList) fail("APPENDS to a non-list");
       move_above(mark, list->items);
       return;
@@ -161,15 +161,15 @@ void Machine::step(uint8_t op) {
     case kDict: {
       const size_t mark = take_mark();
       if ((stack_.size() - mark) % 2 != 0) fail("DICT with an odd number of items");
-      PyObject* dict = make(Kind::kDict);
+      PickleValue* dict = make(Kind::kDict);
       move_above(mark, dict->items);
       push(dict);
       return;
     }
     case kSetItem: {
-      PyObject* value = pop();
-      PyObject* key = pop();
-      PyObject* dict = top();
+      PickleValue* value = pop();
+      PickleValue* key = pop();
+      PickleValue* dict = top();
       if (dict->kind != Kind::kDict) fail("SETITEM on a non-dict");
       dict->items.push_back(key);
       dict->items.push_back(value);
@@ -178,7 +178,7 @@ void Machine::step(uint8_t op) {
     case kSetItems: {
       const size_t mark = take_mark();
       if ((stack_.size() - mark) % 2 != 0) fail("SETITEMS with an odd number of items");
-      PyObject* dict = below(mark);
+      PickleValue* dict = below(mark);
       if (dict->kind != Kind::kDict) fail("SETITEMS on a non-dict");
       move_above(mark, dict->items);
       return;
@@ -186,14 +186,14 @@ void Machine::step(uint8_t op) {
     case kEmptySet: push(make(Kind::kSet)); return;
     case kAddItems: {
       const size_t mark = take_mark();
-      PyObject* set = below(mark);
+      PickleValue* set = below(mark);
       if (set->kind != Kind::kSet) fail("ADDITEMS on a non-set");
       move_above(mark, set->items);
       return;
     }
     case kFrozenSet: {
       const size_t mark = take_mark();
-      PyObject* set = make(Kind::kSet);
+      PickleValue* set = make(Kind::kSet);
       move_above(mark, set->items);
       push(set);
       return;
@@ -216,28 +216,28 @@ void Machine::step(uint8_t op) {
       return;
     }
     case kStackGlobal: {
-      PyObject* name = pop();
-      PyObject* module = pop();
+      PickleValue* name = pop();
+      PickleValue* module = pop();
       if (name->kind != Kind::kStr || module->kind != Kind::kStr) fail("STACK_GLOBAL needs two strings");
       push(make_global(module->text, name->text));
       return;
     }
     case kReduce: {
-      PyObject* args = pop();
-      PyObject* callable = pop();
+      PickleValue* args = pop();
+      PickleValue* callable = pop();
       push(call(callable, args));
       return;
     }
     case kNewObj: {
-      PyObject* args = pop();
-      PyObject* cls = pop();
+      PickleValue* args = pop();
+      PickleValue* cls = pop();
       push(call(cls, args));
       return;
     }
     case kNewObjEx: {
-      PyObject* kwargs = pop();
-      PyObject* args = pop();
-      PyObject* cls = pop();
+      PickleValue* kwargs = pop();
+      PickleValue* args = pop();
+      PickleValue* cls = pop();
       if (kwargs->kind != Kind::kDict || !kwargs->items.empty()) fail("NEWOBJ_EX with keyword arguments");
       push(call(cls, args));
       return;
@@ -245,24 +245,24 @@ void Machine::step(uint8_t op) {
     case kInst: {
       const std::string module(take_line());
       const std::string name(take_line());
-      PyObject* cls = make_global(module, name);
+      PickleValue* cls = make_global(module, name);
       const size_t mark = take_mark();
-      PyObject* args = make(Kind::kTuple);
+      PickleValue* args = make(Kind::kTuple);
       move_above(mark, args->items);
       push(call(cls, args));
       return;
     }
     case kObj: {
-      std::vector<PyObject*> items = pop_mark();
+      std::vector<PickleValue*> items = pop_mark();
       if (items.empty()) fail("OBJ without a class");
-      PyObject* args = make(Kind::kTuple);
+      PickleValue* args = make(Kind::kTuple);
       args->items.assign(items.begin() + 1, items.end());
       push(call(items.front(), args));
       return;
     }
     case kBuild: {
-      PyObject* state = pop();
-      PyObject* target = top();
+      PickleValue* state = pop();
+      PickleValue* target = top();
       build(target, state);
       return;
     }
@@ -275,47 +275,9 @@ void Machine::step(uint8_t op) {
     case kNextBuffer:
     case kReadonlyBuffer: fail("out-of-band buffers (pickle protocol 5) are not supported", ErrorCode::kUnsupported);
     default: {
-      static constexpr char kHex[] = "0123456789abcdef";
-      fail(std::string("unknown pickle opcode 0x") + kHex[op >> 4] + kHex[op & 15]);
+      fail("unknown pickle opcode 0x" + detail::hex_digits(op, 2));
     }
   }
-}
-
-bool valid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t length = 0;
-    uint32_t code = 0;
-    if ((c & 0xE0) == 0xC0) {
-      length = 2, code = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      length = 3, code = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      length = 4, code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (n - i < length) return false;
-    for (size_t k = 1; k < length; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      code = code << 6 | (s[i + k] & 0x3F);
-    }
-    // Overlong forms and values past U+10FFFF are invalid; surrogates are
-    // allowed, as Python pickles them with "surrogatepass".
-    if ((length == 2 && code < 0x80) || (length == 3 && code < 0x800) || (length == 4 && code < 0x10000) ||
-        code > 0x10FFFF) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
 }
 
 Pickle unpickle(std::span<const std::byte> bytes, const UnpickleOptions& options) {

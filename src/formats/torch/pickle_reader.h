@@ -24,6 +24,7 @@
 
 #include "ckpt/dtype.h"
 #include "ckpt/tensor.h"
+#include "core/text.h"
 
 namespace ckpt::torch_detail {
 
@@ -68,7 +69,7 @@ struct TensorRef {
   bool neg = false;
 };
 
-struct PyObject;
+struct PickleValue;
 
 // The items of a container: up to six inline (every tuple of a tensor's
 // rebuild call fits, so parsing a tensor allocates nothing for them), more
@@ -77,11 +78,11 @@ class ItemList {
  public:
   size_t size() const noexcept { return size_; }
   bool empty() const noexcept { return size_ == 0; }
-  PyObject* const* begin() const noexcept { return size_ > kInline ? heap_.data() : inline_; }
-  PyObject* const* end() const noexcept { return begin() + size_; }
-  PyObject* operator[](size_t i) const noexcept { return begin()[i]; }
-  PyObject* front() const noexcept { return begin()[0]; }
-  void push_back(PyObject* item) {
+  PickleValue* const* begin() const noexcept { return size_ > kInline ? heap_.data() : inline_; }
+  PickleValue* const* end() const noexcept { return begin() + size_; }
+  PickleValue* operator[](size_t i) const noexcept { return begin()[i]; }
+  PickleValue* front() const noexcept { return begin()[0]; }
+  void push_back(PickleValue* item) {
     if (size_ < kInline) {
       inline_[size_++] = item;
       return;
@@ -103,12 +104,14 @@ class ItemList {
 
  private:
   static constexpr size_t kInline = 6;
-  PyObject* inline_[kInline] = {};
+  PickleValue* inline_[kInline] = {};
   size_t size_ = 0;
-  std::vector<PyObject*> heap_;  // all items once there are more than kInline
+  std::vector<PickleValue*> heap_;  // all items once there are more than kInline
 };
 
-struct PyObject {
+// One object the unpickler made: what a Python object of the pickle stands
+// for, as far as a checkpoint needs it (not CPython's PyObject).
+struct PickleValue {
   enum class Kind : uint8_t {
     kNone, kBool, kInt, kBigInt, kFloat, kStr, kBytes,
     kTuple, kList, kDict, kSet, kGlobal, kStorage, kTensor,
@@ -133,12 +136,12 @@ struct UnpickleOptions {
 
 // What a pickle held. Owns every object it made.
 struct Pickle {
-  PyObject* root = nullptr;
+  PickleValue* root = nullptr;
   size_t end = 0;  // bytes consumed, up to and including STOP
   std::vector<StorageRef> storages;
   std::vector<TensorRef> tensors;
   // Every object, in chunks that never move.
-  std::vector<std::unique_ptr<PyObject[]>> arena;
+  std::vector<std::unique_ptr<PickleValue[]>> arena;
   size_t arena_used = 0;  // objects used in the last chunk
   std::unordered_map<std::string, uint32_t> storage_index;  // key → index
 };
@@ -151,8 +154,9 @@ struct Pickle {
 // buffers, the extension registry).
 Pickle unpickle(std::span<const std::byte> bytes, const UnpickleOptions& options = {});
 
-// True if `text` is UTF-8 as Python's pickle accepts it (surrogates allowed).
-bool valid_utf8(std::string_view text);
+// UTF-8 as Python's pickle accepts it: surrogates allowed, as str pickles
+// them with "surrogatepass" (detail::valid_utf8(text, kPickleUtf8)).
+inline constexpr detail::Utf8Options kPickleUtf8{.allow_surrogates = true};
 
 // The allowlisted meaning of module.name, or nullopt.
 struct GlobalInfo {

@@ -1,4 +1,4 @@
-#include "formats/torch/torch_reader.h"
+#include "formats/torch/reader.h"
 
 #include <algorithm>
 #include <cstring>
@@ -8,28 +8,21 @@
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/strided.h"
-#include "formats/zip/zip_layout.h"
-#include "formats/torch/torch_writer.h"
-#include "formats/zip/zip_reader.h"
+#include "core/text.h"
+#include "formats/torch/layout.h"
+#include "formats/zip/layout.h"
+#include "formats/zip/reader.h"
 #include "io/mapped_file.h"
 
 namespace ckpt::torch_detail {
 namespace {
 
-using Kind = PyObject::Kind;
+using Kind = PickleValue::Kind;
 
 constexpr size_t kMaxDepth = 512;
 // Values a pickle may expand to beyond one per byte (shared references make
 // one opcode stand for a whole subtree; legitimate files stay far below).
 constexpr size_t kExpansionSlack = 1 << 16;
-constexpr int64_t kLegacyProtocolVersion = 1001;
-
-std::string hex8(uint32_t value) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(8, '0');
-  for (int i = 7; i >= 0; --i, value >>= 4) out[static_cast<size_t>(i)] = kHex[value & 15];
-  return out;
-}
 
 // Byte-swapped copy of `bytes`, `unit` bytes at a time (big-endian files).
 Buffer swapped(const Buffer& bytes, size_t unit) {
@@ -47,7 +40,7 @@ class TreeBuilder {
   TreeBuilder(size_t pickle_size, const std::function<Tensor(uint32_t)>& tensor_of)
       : budget_(pickle_size + kExpansionSlack), tensor_of_(tensor_of) {}
 
-  Tree build(const PyObject* object) {
+  Tree build(const PickleValue* object) {
     try {
       return convert(object, 0);
     } catch (Error& error) {
@@ -59,14 +52,11 @@ class TreeBuilder {
  private:
   std::string path_name() const {
     std::string name;
-    for (const Key& key : path_) {
-      if (!name.empty()) name += '.';
-      name += key_to_string(key);
-    }
+    for (const Key& key : path_) detail::append_name(name, key_to_string(key));
     return name;
   }
 
-  Tree convert(const PyObject* object, size_t depth) {
+  Tree convert(const PickleValue* object, size_t depth) {
     if (budget_ == 0) {
       throw Error(ErrorCode::kCorrupt, "pickle's shared references expand to more values than the file can hold");
     }
@@ -101,7 +91,7 @@ class TreeBuilder {
         Tree map = Tree::map();
         map.reserve(object->items.size() / 2);
         for (size_t i = 0; i + 1 < object->items.size(); i += 2) {
-          const PyObject* key = object->items[i];
+          const PickleValue* key = object->items[i];
           Key tree_key;
           if (key->kind == Kind::kStr) {
             tree_key = key->text;
@@ -312,8 +302,8 @@ Metadata read_metadata(const zip_detail::ZipReader& zip, const zip_detail::ZipEn
     const Pickle pickle = unpickle(bytes.bytes());
     if (pickle.root->kind != Kind::kDict) throw Error(ErrorCode::kCorrupt, "metadata is not a dict");
     for (size_t i = 0; i + 1 < pickle.root->items.size(); i += 2) {
-      const PyObject* key = pickle.root->items[i];
-      const PyObject* value = pickle.root->items[i + 1];
+      const PickleValue* key = pickle.root->items[i];
+      const PickleValue* value = pickle.root->items[i + 1];
       if (key->kind != Kind::kStr || value->kind != Kind::kStr) {
         throw Error(ErrorCode::kCorrupt, "metadata holds a value that is not a string");
       }
@@ -336,15 +326,16 @@ Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOpti
   }
   const std::string prefix = first.substr(0, slash + 1);
 
-  const zip_detail::ZipEntry* pickle_entry = zip.find(prefix + "data.pkl");
-  if (pickle_entry == nullptr) throw Error(ErrorCode::kCorrupt, "no data.pkl record", {.entry = prefix + "data.pkl"});
+  const std::string pickle_name = prefix + std::string(kPickleRecord);
+  const zip_detail::ZipEntry* pickle_entry = zip.find(pickle_name);
+  if (pickle_entry == nullptr) throw Error(ErrorCode::kCorrupt, "no data.pkl record", {.entry = pickle_name});
 
   bool big_endian = false;
-  if (const zip_detail::ZipEntry* byteorder = zip.find(prefix + "byteorder")) {
+  if (const zip_detail::ZipEntry* byteorder = zip.find(prefix + std::string(kByteOrderRecord))) {
     const std::string order = record_text(zip, *byteorder);
-    if (order == "big") {
+    if (order == kBigEndian) {
       big_endian = true;
-    } else if (order != "little") {
+    } else if (order != kLittleEndian) {
       throw Error(ErrorCode::kCorrupt, "byteorder is '" + order.substr(0, 16) + "', not 'little' or 'big'",
                   {.entry = byteorder->name});
     }
@@ -364,7 +355,7 @@ Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOpti
 
   auto load = [&](uint32_t index) {
     const StorageRef& ref = pickle.storages[index];
-    const std::string name = prefix + "data/" + ref.key;
+    const std::string name = prefix + std::string(kStorageFolder) + ref.key;
     const zip_detail::ZipEntry* entry = zip.find(name);
     if (entry == nullptr) throw Error(ErrorCode::kCorrupt, "storage record is missing", {.entry = name});
     const uint64_t nbytes = storage_nbytes(ref);
@@ -378,7 +369,7 @@ Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOpti
     const bool stored = entry->method == zip_detail::kMethodStored;
     return StorageBytes{.bytes = bytes.slice(0, nbytes),
                         .file_offset = stored ? entry->data_offset : 0,
-                        .checksum = hex8(entry->crc32)};
+                        .checksum = detail::hex8(entry->crc32)};
   };
   TensorMaker maker(pickle, big_endian, load);
   Contents contents = contents_of(pickle, pickle_bytes.size(), maker, ChecksumKind::kCrc32);
@@ -416,8 +407,8 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
   bool big_endian = false;
   if (sys_info.root->kind == Kind::kDict) {
     for (size_t i = 0; i + 1 < sys_info.root->items.size(); i += 2) {
-      const PyObject* key = sys_info.root->items[i];
-      const PyObject* value = sys_info.root->items[i + 1];
+      const PickleValue* key = sys_info.root->items[i];
+      const PickleValue* value = sys_info.root->items[i + 1];
       if (key->kind == Kind::kStr && key->text == "little_endian" && value->kind == Kind::kBool) big_endian = !value->flag;
     }
   }
@@ -429,7 +420,7 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
 
   std::vector<StorageBytes> storages(pickle.storages.size());
   std::vector<bool> seen(pickle.storages.size(), false);
-  for (const PyObject* key : keys.root->items) {
+  for (const PickleValue* key : keys.root->items) {
     if (key->kind != Kind::kStr) throw Error(ErrorCode::kCorrupt, "storage key is not a string");
     const auto found = pickle.storage_index.find(key->text);
     if (found == pickle.storage_index.end()) {
@@ -471,11 +462,11 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
 
 }  // namespace
 
-bool looks_like_torch(std::span<const std::byte> head, uint64_t file_size) {
+bool detect_file(std::span<const std::byte> head, uint64_t file_size) {
   if (head.size() >= sizeof(kLegacyMagic) && std::memcmp(head.data(), kLegacyMagic, sizeof(kLegacyMagic)) == 0) {
     return true;
   }
-  if (!zip_detail::looks_like_zip(head, file_size)) return false;
+  if (!zip_detail::detect_zip(head, file_size)) return false;
   const std::string_view first = zip_detail::first_entry_name(head);
   return first.find('/') != std::string_view::npos && !first.ends_with(".npy");
 }
@@ -485,7 +476,7 @@ Tree pickle_to_tree(const Pickle& pickle, size_t pickle_size, const std::functio
   return builder.build(pickle.root);
 }
 
-Contents read_torch(const std::filesystem::path& path, const LoadOptions& options) {
+Contents read_file(const std::filesystem::path& path, const LoadOptions& options) {
   std::shared_ptr<const detail::MappedFile> file = detail::MappedFile::open(path);
   const std::span<const std::byte> head = file->bytes().subspan(0, std::min<size_t>(file->size(), 4096));
   try {

@@ -1,7 +1,7 @@
 #pragma once
 // ZipReader: the directory of a zip archive held in a mapped file, and the
 // bytes of its entries. Shared by the formats that are zips (npz, torch).
-// Byte layout: docs/formats/zip.md, zip_layout.h.
+// Byte layout: docs/formats/zip.md, layout.h.
 //
 //   auto file = detail::MappedFile::open(path);
 //   zip_detail::ZipReader zip(file);
@@ -99,7 +99,7 @@ class ZipReader {
 // True if `head` (the first bytes of a file) starts with a zip local file
 // header or, for an archive without entries, an end of central directory
 // record that spans the whole file of `file_size` bytes.
-bool looks_like_zip(std::span<const std::byte> head, uint64_t file_size);
+bool detect_zip(std::span<const std::byte> head, uint64_t file_size);
 
 // The name of the first local header in `head`, if `head` holds all of it;
 // empty otherwise. Used by detect() to tell npz from torch zips.

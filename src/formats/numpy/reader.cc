@@ -1,15 +1,23 @@
-// The .npy header: a strict hand parser for the Python dict literal numpy
-// writes, the writer that reproduces np.save's bytes, and the conversion of
-// the data to a C-order little-endian Tensor.
+// Reading .npy and .npz files: a strict hand parser for the .npy header
+// (the Python dict literal numpy writes), the conversion of the data to a
+// C-order little-endian Tensor, and .npz archives of such members, whose
+// stored members are views of the mapping and deflated ones are inflated.
+
+#include "formats/numpy/reader.h"
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "ckpt/error.h"
-#include "formats/numpy/npy_layout.h"
-#include "formats/zip/zip_layout.h"
+#include "core/text.h"
+#include "formats/numpy/layout.h"
+#include "formats/numpy/npz_comment.h"
+#include "formats/zip/layout.h"
+#include "formats/zip/reader.h"
+#include "io/mapped_file.h"
 
 namespace ckpt::numpy_detail {
 namespace {
@@ -35,10 +43,7 @@ std::string quoted(std::string_view text) {
     if (byte >= 0x20 && byte < 0x7F) {
       out.push_back(c);
     } else {
-      static constexpr char kDigits[] = "0123456789abcdef";
-      out += "\\x";
-      out.push_back(kDigits[byte >> 4]);
-      out.push_back(kDigits[byte & 0xF]);
+      out += "\\x" + detail::hex_digits(byte, 2);
     }
   }
   out += text.size() > kMax ? "'..." : "'";
@@ -310,17 +315,6 @@ class HeaderParser {
   size_t pos_ = 0;
 };
 
-std::string shape_repr(const Shape& shape) {
-  std::string out = "(";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) out += ",";
-  out += ")";
-  return out;
-}
-
 // Bytes per unit of byte order: complex numbers are two floats.
 size_t swap_width(DType dtype) {
   const size_t size = dtype_size(dtype);
@@ -376,6 +370,22 @@ void fortran_to_c(std::span<const std::byte> src, std::span<std::byte> dst, cons
     case 8: return fortran_to_c<8>(src.data(), dst.data(), shape);
     case 16: return fortran_to_c<16>(src.data(), dst.data(), shape);
     default: throw Error(ErrorCode::kInvalidArgument, "unexpected element size " + std::to_string(size));
+  }
+}
+
+// Adds the comment's aliases to `contents.tree`, after the members: each a
+// Tensor over its stored member's Buffer.
+void add_aliases(const zip_detail::ZipReader& zip, Contents& contents) {
+  std::unordered_map<std::string_view, size_t> members;
+  members.reserve(contents.entries.size());
+  for (size_t i = 0; i < contents.entries.size(); ++i) members.emplace(contents.entries[i].name, i);
+  const std::optional<std::vector<NpzAlias>> aliases =
+      read_npz_comment(zip.comment(), zip.path(), zip.comment_offset(), members);
+  if (!aliases) return;
+  contents.format_version = static_cast<int>(kNpzCommentVersion);
+  for (const NpzAlias& alias : *aliases) {
+    const Tensor stored = contents.tree.find(contents.entries[alias.stored].name)->tensor();
+    contents.tree.set(alias.name, Tree(stored));
   }
 }
 
@@ -463,49 +473,71 @@ Tensor npy_tensor(const NpyHeader& header, const Buffer& npy, const NpyLocation&
   return Tensor(header.dtype, header.shape, std::move(copy));
 }
 
-std::string_view npy_descr(DType dtype) {
-  const DTypeInfo& info = dtype_info(dtype);
-  if (info.numpy_descr.empty()) {
-    throw Error(ErrorCode::kUnsupported,
-                "dtype " + std::string(info.name) + " has no numpy type: plain numpy lacks it, and np.save writes "
-                "ml_dtypes arrays as raw void ('<V" + std::to_string(info.size) + "'), which loses the type; "
-                "use safetensors for it");
-  }
-  return info.numpy_descr;
+bool detect_npy(std::span<const std::byte> head) {
+  return head.size() >= kMagicSize && std::memcmp(head.data(), kMagic.data(), kMagicSize) == 0;
 }
 
-std::string format_npy_header(DType dtype, const Shape& shape) {
-  std::string dict = "{'descr': '";
-  dict += npy_descr(dtype);
-  dict += "', 'fortran_order': False, 'shape': ";
-  dict += shape_repr(shape);
-  dict += ", }";
-  if (!shape.empty()) {
-    const size_t digits = std::to_string(shape[0]).size();
-    if (digits < kGrowthAxisMaxDigits) dict.append(kGrowthAxisMaxDigits - digits, ' ');
+bool detect_npz(std::span<const std::byte> head, uint64_t file_size) {
+  const std::string_view first = zip_detail::first_entry_name(head);
+  if (!first.empty()) return first.ends_with(kMemberSuffix);
+  return head.size() >= 4 && zip_detail::load_u32(head.data()) == zip_detail::kEndRecordSignature &&
+         zip_detail::detect_zip(head, file_size);
+}
+
+Contents read_npy(const std::filesystem::path& path, const LoadOptions& options) {
+  std::shared_ptr<const detail::MappedFile> file = detail::MappedFile::open(path);
+  const Buffer npy = file->slice(0, file->size());
+  const NpyLocation where{.path = path};
+  const NpyHeader header = parse_npy_header(npy.bytes(), where);
+  Tensor tensor = npy_tensor(header, npy, where);
+  Contents contents;
+  contents.format = "npy";
+  contents.entries.push_back({
+      .name = "",
+      .dtype = tensor.dtype(),
+      .shape = tensor.shape(),
+      .offset = header.data_offset,
+      .nbytes = tensor.nbytes(),
+  });
+  contents.tree = Tree(std::move(tensor));
+  return contents;
+}
+
+Contents read_npz(const std::filesystem::path& path, const LoadOptions& options) {
+  std::shared_ptr<const detail::MappedFile> file = detail::MappedFile::open(path);
+  const zip_detail::ZipReader zip(file);
+  Contents contents;
+  contents.format = "npz";
+  contents.tree = Tree::map();
+  contents.entries.reserve(zip.entries().size());
+  for (const zip_detail::ZipEntry& member : zip.entries()) {
+    const std::string_view name = member.name;
+    if (name.size() < kMemberSuffix.size() || !name.ends_with(kMemberSuffix)) {
+      throw Error(ErrorCode::kUnsupported,
+                  "member is not an .npy file (an .npz holds only \"<key>.npy\" members)",
+                  {.path = path, .entry = member.name, .offset = member.local_header_offset});
+    }
+    std::string key(name.substr(0, name.size() - kMemberSuffix.size()));
+    const bool stored = member.method == zip_detail::kMethodStored;
+    const NpyLocation where{
+        .path = path,
+        .entry = member.name,
+        .file_offset = stored ? std::optional<uint64_t>(member.data_offset) : std::nullopt,
+    };
+    const Buffer npy = zip.read(member, {.verify_crc = options.verify});
+    const NpyHeader header = parse_npy_header(npy.bytes(), where);
+    Tensor tensor = npy_tensor(header, npy, where);
+    contents.entries.push_back({
+        .name = key,
+        .dtype = tensor.dtype(),
+        .shape = tensor.shape(),
+        .offset = stored ? member.data_offset + header.data_offset : 0,
+        .nbytes = tensor.nbytes(),
+    });
+    contents.tree.set(std::move(key), Tree(std::move(tensor)));
   }
-  const size_t text_length = dict.size() + 1;  // with the final newline
-  size_t prefix = kPrefixSizeV1;
-  size_t padding = kArrayAlign - (prefix + text_length) % kArrayAlign;
-  uint8_t major = 1;
-  if (text_length + padding > 0xFFFF) {
-    prefix = kPrefixSizeV2;
-    padding = kArrayAlign - (prefix + text_length) % kArrayAlign;
-    major = 2;
-  }
-  const uint64_t header_length = text_length + padding;
-  std::string out(reinterpret_cast<const char*>(kMagic.data()), kMagicSize);
-  out.push_back(static_cast<char>(major));
-  out.push_back(0);
-  if (major == 1) {
-    zip_detail::append_u16(out, static_cast<uint16_t>(header_length));
-  } else {
-    zip_detail::append_u32(out, static_cast<uint32_t>(header_length));
-  }
-  out += dict;
-  out.append(padding, ' ');
-  out.push_back('\n');
-  return out;
+  add_aliases(zip, contents);
+  return contents;
 }
 
 }  // namespace ckpt::numpy_detail

@@ -11,18 +11,14 @@
 
 namespace ckpt::torch_detail {
 
-// The first bytes of a legacy file: the pickled magic number 0x1950a86a20f9469cfc6c.
-inline constexpr unsigned char kLegacyMagic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
-                                                 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-
 // True for a zip whose first member lies in a folder and is not an .npy (torch
 // zips start with "<archive>/data.pkl"), or a legacy file's magic pickle.
-bool looks_like_torch(std::span<const std::byte> head, uint64_t file_size);
+bool detect_file(std::span<const std::byte> head, uint64_t file_size);
 
 // Reads `path` lazily: contiguous tensors view the mapped file, other views
 // are gathered when first used. Throws Error{kCorrupt} naming the file, the
 // record or tensor, and the offset; Error{kUnsupported} for refused globals.
-Contents read_torch(const std::filesystem::path& path, const LoadOptions& options);
+Contents read_file(const std::filesystem::path& path, const LoadOptions& options);
 
 // Builds the tree a pickle describes, making each tensor with `tensor_of`
 // (called once per TensorRef index). Exposed for the legacy reader and tests.

@@ -1,6 +1,7 @@
 #pragma once
-// parallel_for: the one small thread pool ckpt uses for positioned reads and
-// writes. Knows no format.
+// parallel_for: the one small thread pool ckpt uses, for positioned reads
+// and writes (io/) and for element-wise work such as casts (core/). Knows no
+// file and no format.
 
 #include <cstddef>
 #include <functional>

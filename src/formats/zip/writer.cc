@@ -1,4 +1,4 @@
-#include "formats/zip/zip_writer.h"
+#include "formats/zip/writer.h"
 
 #include <algorithm>
 #include <deque>

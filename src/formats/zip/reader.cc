@@ -1,4 +1,4 @@
-#include "formats/zip/zip_reader.h"
+#include "formats/zip/reader.h"
 
 #include <libdeflate.h>
 
@@ -8,7 +8,8 @@
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
-#include "formats/zip/zip_layout.h"
+#include "core/text.h"
+#include "formats/zip/layout.h"
 
 namespace ckpt::zip_detail {
 namespace {
@@ -60,51 +61,6 @@ std::string cp437_to_utf8(std::string_view raw) {
     out.push_back(static_cast<char>(0x80 | (code & 0x3F)));
   }
   return out;
-}
-
-bool is_valid_utf8(std::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    size_t length = 0;
-    uint32_t code = 0;
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    } else if ((lead & 0xE0) == 0xC0) {
-      length = 2;
-      code = lead & 0x1F;
-    } else if ((lead & 0xF0) == 0xE0) {
-      length = 3;
-      code = lead & 0x0F;
-    } else if ((lead & 0xF8) == 0xF0) {
-      length = 4;
-      code = lead & 0x07;
-    } else {
-      return false;
-    }
-    if (text.size() - i < length) return false;
-    for (size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return false;
-      code = code << 6 | (next & 0x3F);
-    }
-    const uint32_t minimum = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
-    if (code < minimum || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
-    i += length;
-  }
-  return true;
-}
-
-std::string hex16(uint16_t value) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out = "0x";
-  for (int shift = 12; shift >= 0; shift -= 4) out.push_back(kDigits[(value >> shift) & 0xF]);
-  return out;
-}
-
-std::string hex32(uint32_t value) {
-  return hex16(static_cast<uint16_t>(value >> 16)) + hex16(static_cast<uint16_t>(value & 0xFFFF)).substr(2);
 }
 
 // a + b <= limit, without overflow.
@@ -275,7 +231,7 @@ void ZipReader::read_central_directory(const Directory& directory) {
       corrupt(file, "entry name contains a NUL byte", at + kCentralHeaderSize);
     }
     if (entry.flags & kFlagUtf8) {
-      if (!is_valid_utf8(raw_name)) {
+      if (!detail::valid_utf8(raw_name)) {
         corrupt(file, "entry name is flagged UTF-8 but is not valid UTF-8", at + kCentralHeaderSize);
       }
       entry.name = std::string(raw_name);
@@ -309,7 +265,7 @@ void ZipReader::read_central_directory(const Directory& directory) {
       const uint16_t id = load_u16(extra);
       const uint16_t length = load_u16(extra + 2);
       if (length > extra_length - field - kExtraHeaderSize) {
-        corrupt(file, "extra field " + hex16(id) + " extends past the extra data",
+        corrupt(file, "extra field 0x" + detail::hex_digits(id, 4) + " extends past the extra data",
                 extra_offset + field, entry.name);
       }
       if (id == kZip64ExtraId && !found_zip64) {
@@ -446,7 +402,7 @@ Buffer ZipReader::read(const ZipEntry& entry, const ZipReadOptions& options) con
     if (options.verify_crc) {
       const uint32_t actual = detail::crc32(bytes.bytes());
       if (actual != entry.crc32) {
-        corrupt(file, "CRC-32 mismatch: stored " + hex32(entry.crc32) + ", the data gives " + hex32(actual),
+        corrupt(file, "CRC-32 mismatch: stored 0x" + detail::hex8(entry.crc32) + ", the data gives 0x" + detail::hex8(actual),
                 entry.data_offset, entry.name);
       }
     }
@@ -487,13 +443,13 @@ Buffer ZipReader::read(const ZipEntry& entry, const ZipReadOptions& options) con
   }
   const uint32_t actual = detail::crc32(output.bytes());
   if (actual != entry.crc32) {
-    corrupt(file, "CRC-32 mismatch: stored " + hex32(entry.crc32) + ", the data gives " + hex32(actual),
+    corrupt(file, "CRC-32 mismatch: stored 0x" + detail::hex8(entry.crc32) + ", the data gives 0x" + detail::hex8(actual),
             entry.data_offset, entry.name);
   }
   return output;
 }
 
-bool looks_like_zip(std::span<const std::byte> head, uint64_t file_size) {
+bool detect_zip(std::span<const std::byte> head, uint64_t file_size) {
   if (head.size() >= 4 && load_u32(head.data()) == kLocalHeaderSignature) return true;
   if (head.size() >= kEndRecordSize && load_u32(head.data()) == kEndRecordSignature) {
     return file_size == kEndRecordSize + load_u16(head.data() + end_record::kCommentLength);

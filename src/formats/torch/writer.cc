@@ -1,4 +1,4 @@
-#include "formats/torch/torch_writer.h"
+#include "formats/torch/writer.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -6,9 +6,11 @@
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/strided.h"
+#include "core/text.h"
+#include "formats/torch/layout.h"
 #include "formats/torch/pickle_reader.h"
 #include "formats/torch/pickle_writer.h"
-#include "formats/zip/zip_writer.h"
+#include "formats/zip/writer.h"
 #include "io/atomic_file.h"
 
 namespace ckpt::torch_detail {
@@ -195,11 +197,11 @@ class PickleEmitter {
 
  private:
   static std::string child(const std::string& name, const Key& key) {
-    return name.empty() ? key_to_string(key) : name + "." + key_to_string(key);
+    return detail::join_name(name, key_to_string(key));
   }
 
   void text(const std::string& value, const std::string& name) {
-    if (!valid_utf8(value)) {
+    if (!detail::valid_utf8(value, kPickleUtf8)) {
       throw Error(ErrorCode::kUnsupported, "string is not valid UTF-8, which torch cannot load", {.entry = name});
     }
     out_.str(value);
@@ -274,7 +276,7 @@ std::string serialization_id(std::string_view pickle, const std::vector<StorageO
 
 }  // namespace
 
-void write_torch(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
+void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
   std::vector<View> views;
   for (const Tree::Leaf& leaf : tree.tensor_leaves()) {
     const Tensor& tensor = leaf.value->tensor();
@@ -296,7 +298,7 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
   }
 
   const std::string prefix = archive_name(path) + "/";
-  zip_detail::ZipWriter zip({.alignment = 64,
+  zip_detail::ZipWriter zip({.alignment = kStorageAlignment,
                              .data_descriptor = true,
                              .no_descriptor_when_empty = true,
                              .dos_time = 0,
@@ -310,14 +312,16 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
                              .threads = options.threads});
   const std::string pickle_bytes = pickle.finish();
   const std::string id = serialization_id(pickle_bytes, storages);
-  zip.add(prefix + "data.pkl", pickle_bytes, Buffer());
-  zip.add(prefix + ".format_version", "1", Buffer());
-  zip.add(prefix + ".storage_alignment", "64", Buffer());
-  zip.add(prefix + "byteorder", "little", Buffer());
+  zip.add(prefix + std::string(kPickleRecord), pickle_bytes, Buffer());
+  zip.add(prefix + std::string(kFormatVersionRecord), std::string(kFormatVersion), Buffer());
+  zip.add(prefix + std::string(kStorageAlignmentRecord), std::to_string(kStorageAlignment), Buffer());
+  zip.add(prefix + std::string(kByteOrderRecord), std::string(kLittleEndian), Buffer());
   // In key order 0, 1, 2, ... (first appearance): with .format_version 1,
   // torch may compute record offsets itself assuming exactly this order.
-  for (const StorageOut& storage : storages) zip.add(prefix + "data/" + storage.key, "", storage.bytes);
-  zip.add(prefix + "version", "3\n", Buffer());
+  for (const StorageOut& storage : storages) {
+    zip.add(prefix + std::string(kStorageFolder) + storage.key, "", storage.bytes);
+  }
+  zip.add(prefix + std::string(kVersionRecord), std::string(kVersion), Buffer());
   if (options.extras && !options.metadata.empty()) {
     // User metadata (torch has no place for it): a pickled dict of strings in
     // a record torch.load does not read.
@@ -325,7 +329,7 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
     metadata.empty_dict();
     metadata.mark();
     for (const auto& [key, value] : options.metadata) {
-      if (!valid_utf8(key) || !valid_utf8(value)) {
+      if (!detail::valid_utf8(key, kPickleUtf8) || !detail::valid_utf8(value, kPickleUtf8)) {
         throw Error(ErrorCode::kUnsupported, "metadata is not valid UTF-8", {.path = path, .entry = key});
       }
       metadata.str(key);
@@ -334,7 +338,7 @@ void write_torch(const std::filesystem::path& path, const Tree& tree, const Save
     metadata.setitems();
     zip.add(prefix + std::string(kMetadataRecord), metadata.finish(), Buffer());
   }
-  zip.add(prefix + ".data/serialization_id", id, Buffer());
+  zip.add(prefix + std::string(kSerializationIdRecord), id, Buffer());
 
   detail::AtomicFile file(path, {.fsync = options.fsync});
   zip.write(file);

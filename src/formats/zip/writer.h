@@ -2,7 +2,7 @@
 // ZipWriter: lays out a zip archive of stored (uncompressed) entries and
 // writes it through an AtomicFile in large positioned writes, computing each
 // entry's CRC-32 while its bytes are written. Shared by the formats that are
-// zips (npz, torch). Byte layout: docs/formats/zip.md, zip_layout.h.
+// zips (npz, torch). Byte layout: docs/formats/zip.md, layout.h.
 //
 //   zip_detail::ZipWriter zip({.alignment = 64});
 //   zip.add("a.npy", header_a, tensor_a.buffer());
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ckpt/buffer.h"
-#include "formats/zip/zip_layout.h"
+#include "formats/zip/layout.h"
 #include "io/atomic_file.h"
 
 namespace ckpt::zip_detail {

@@ -3,7 +3,7 @@
 // data.pkl, .format_version, .storage_alignment, byteorder, data/<key> (in
 // string order), version, .data/serialization_id; every record's data
 // 64-byte aligned with "FB" padding extras, data descriptors with CRC-32,
-// zip64 end records. Byte layout: docs/formats/torch.md.
+// zip64 end records. Record names: layout.h; byte layout: docs/formats/torch.md.
 
 #include <filesystem>
 #include <string_view>
@@ -12,16 +12,12 @@
 
 namespace ckpt::torch_detail {
 
-// The record (under the archive folder) that keeps SaveOptions::metadata:
-// a pickled dict of strings. torch.load never opens it.
-inline constexpr std::string_view kMetadataRecord = ".data/ckpt_metadata.pkl";
-
 // Writes `tree` to `path` atomically. Maps whose children are all tensors
 // become OrderedDicts (state dicts), other maps dicts; lists become lists;
 // bytes become Python bytes. Tensors whose bytes overlap in memory (tied
 // weights, views read from a torch file) are written as one storage with
 // views; a non-contiguous view is written as its whole storage plus strides.
 // Throws Error{kUnsupported} for strings that are not valid UTF-8.
-void write_torch(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);
+void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);
 
 }  // namespace ckpt::torch_detail
