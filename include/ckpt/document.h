@@ -41,6 +41,7 @@ Tree diff_document(const DiffReport& report, const std::filesystem::path& a, con
 // The registered formats, in detection order:
 //   {"formats": [{"id", "description", "extensions": [str...], "read", "write",
 //                 "nested_tree", "checksums", "single_tensor", "metadata", "shards",
+//                 "colliding_names", "ties", "file_per_tensor", "state_file",
 //                 "dtypes": [str...]}...]}
 // (the booleans are FormatCapabilities' fields).
 Tree formats_document();

@@ -26,12 +26,6 @@
 
 namespace ckpt {
 
-// A path of keys from a tree's root to one of its nodes: map keys (strings or
-// integers) and list positions (integers), exactly as the tree holds them, so
-// that it finds a node without the dotted names' escapes ({"a.b": x} and
-// {"a": {"b": y}} are {"a.b"} and {"a", "b"}).
-using KeyPath = std::vector<Key>;
-
 // Where a default applies (RestoreOptions::defaults):
 //  * a name: that leaf, or the subtree of that name and every leaf under it
 //    ("ema" covers "ema.w" but not "emax"; "" covers every leaf);

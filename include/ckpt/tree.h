@@ -31,6 +31,12 @@ using Key = std::variant<std::string, int64_t>;
 // Returns the key as it appears in a leaf name: the string, or the decimal integer.
 std::string key_to_string(const Key& key);
 
+// A path of keys from a tree's root to one of its nodes: map keys (strings or
+// integers) and list positions (integers), exactly as the tree holds them, so
+// that it finds a node without the dotted names' escapes ({"a.b": x} and
+// {"a": {"b": y}} are {"a.b"} and {"a", "b"}).
+using KeyPath = std::vector<Key>;
+
 // Raw bytes as a leaf (Python `bytes`), distinct from a (UTF-8) string.
 struct Bytes {
   std::string data;
@@ -92,6 +98,11 @@ class Tree {
   // Map: the child at `key`, or nullptr.
   const Tree* find(const Key& key) const;
   Tree* find(const Key& key);
+  // The node at `path` below this one, each key found as find() finds it
+  // (exactly: the string "0" is not the integer 0); the empty path is this
+  // node. nullptr if there is none.
+  const Tree* find_key_path(const KeyPath& path) const;
+  Tree* find_key_path(const KeyPath& path);
   // List: appends. Throws Error{kInvalidArgument} on a non-list.
   Tree& push_back(Tree value);
   // List: the child at `index`; map: the child at integer or string key.

@@ -258,6 +258,7 @@ def diff(a: PathLike, b: PathLike, *, atol: float = 0.0) -> Dict[str, Any]:
 
 def formats() -> List[Dict[str, Any]]:
     """The registered formats, as ``ckpt formats --json`` lists them: id,
-    description, extensions, read, write, nested_tree, checksums,
-    single_tensor, metadata, shards, dtypes."""
+    description, extensions, read, write, the capabilities (nested_tree,
+    checksums, single_tensor, metadata, shards, colliding_names, ties,
+    file_per_tensor, state_file) and dtypes."""
     return _ckpt.formats()

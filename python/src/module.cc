@@ -26,7 +26,7 @@
 #include "ckpt/document.h"
 #include "ckpt/error.h"
 #include "ckpt/memory.h"
-#include "core/checksum.h"
+#include "ckpt/checksum.h"
 #include "restore_bindings.h"
 #include "safetensors_bindings.h"
 #include "values.h"

@@ -15,7 +15,6 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/convert.h"
 #include "ckpt/restore.h"
-#include "restore/defaults.h"
 #include "values.h"
 
 namespace ckpt::python {
@@ -192,7 +191,7 @@ py::list filled_out(const RestoreReport& report, const std::vector<GivenDefault>
       out[i] = py::make_tuple(path_out(part.path), own->made, true);
       continue;
     }
-    const Tree* node = detail::node_at(report.tree, part.path);
+    const Tree* node = report.tree.find_key_path(part.path);
     values.push_back(node != nullptr ? *node : Tree());
     from_tree.push_back(i);
   }

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checksum.h"
 #include "ckpt/registry.h"
-#include "core/checksum.h"
 #include "core/json_writer.h"
 #include "formats/tree_json.h"
 
@@ -88,7 +88,7 @@ Tree contents_document(const std::filesystem::path& path, const Contents& conten
   document.set("format_version", contents.format_version);
   document.set("checksum", contents.checksum == ChecksumKind::kNone
                                ? Tree()
-                               : Tree(std::string(detail::checksum_name(contents.checksum))));
+                               : Tree(std::string(checksum_name(contents.checksum))));
   Tree& tensors = document.set("tensors", Tree::list());
   tensors.reserve(contents.entries.size());
   uint64_t total = 0;
@@ -157,6 +157,10 @@ Tree formats_document() {
     item.set("single_tensor", capabilities.single_tensor);
     item.set("metadata", capabilities.metadata);
     item.set("shards", capabilities.shards);
+    item.set("colliding_names", capabilities.colliding_names);
+    item.set("ties", capabilities.ties);
+    item.set("file_per_tensor", capabilities.file_per_tensor);
+    item.set("state_file", capabilities.state_file);
     Tree& dtypes = item.set("dtypes", Tree::list());
     for (DType dtype : format->dtypes()) dtypes.push_back(std::string(dtype_name(dtype)));
   }

@@ -202,6 +202,19 @@ const Tree* Tree::find(const Key& key) const {
 
 Tree* Tree::find(const Key& key) { return const_cast<Tree*>(std::as_const(*this).find(key)); }
 
+const Tree* Tree::find_key_path(const KeyPath& path) const {
+  const Tree* node = this;
+  for (const Key& key : path) {
+    node = node->find(key);
+    if (node == nullptr) return nullptr;
+  }
+  return node;
+}
+
+Tree* Tree::find_key_path(const KeyPath& path) {
+  return const_cast<Tree*>(std::as_const(*this).find_key_path(path));
+}
+
 Tree& Tree::push_back(Tree value) {
   if (kind_ != Kind::kList) wrong_kind("list", kind_);
   children_->push_back(TreeEntry{static_cast<int64_t>(children_->size()), std::move(value)});

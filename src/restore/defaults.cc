@@ -6,6 +6,7 @@
 
 #include "ckpt/error.h"
 #include "ckpt/transform.h"
+#include "core/text.h"
 
 namespace ckpt::detail {
 namespace {
@@ -71,23 +72,9 @@ bool path_under(const KeyPath& path, const KeyPath& prefix) {
   return true;
 }
 
-const Tree* node_at(const Tree& tree, const KeyPath& path) {
-  const Tree* node = &tree;
-  for (const Key& key : path) {
-    node = node->find(key);
-    if (node == nullptr) return nullptr;
-  }
-  return node;
-}
-
-Tree* node_at(Tree& tree, const KeyPath& path) { return const_cast<Tree*>(node_at(std::as_const(tree), path)); }
-
 std::string path_text(const KeyPath& path) {
   std::string text;
-  for (const Key& key : path) {
-    if (!text.empty()) text += '.';
-    text += key_to_string(key);
-  }
+  for (const Key& key : path) append_name(text, key_to_string(key));
   return text;
 }
 
@@ -165,7 +152,7 @@ std::vector<WholeField> DeclaredDefaults::whole_fields(const Tree& target, const
     const Tree* node = nullptr;
     if (const auto* keys = std::get_if<KeyPath>(&declared_[i].first)) {
       field.path = *keys;
-      node = node_at(target, field.path);
+      node = target.find_key_path(field.path);
     } else {
       const std::string& declared = std::get<std::string>(declared_[i].first);
       if (is_glob(declared)) continue;

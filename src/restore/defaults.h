@@ -71,10 +71,6 @@ class DeclaredDefaults {
 // True if `path` starts with `prefix` (keys compared exactly).
 bool path_under(const KeyPath& path, const KeyPath& prefix);
 
-// The node at `path` below `tree`, keys compared exactly; nullptr if none.
-const Tree* node_at(const Tree& tree, const KeyPath& path);
-Tree* node_at(Tree& tree, const KeyPath& path);
-
 // "a.b.0": a key path as text, for messages.
 std::string path_text(const KeyPath& path);
 

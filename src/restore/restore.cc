@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "ckpt/cast.h"
+#include "core/text.h"
 #include "restore/defaults.h"
 
 namespace ckpt {
@@ -246,8 +247,7 @@ Tree filtered(const Tree& node, std::string& name, const Matcher& matcher) {
   bool dropped = false;
   const size_t length = name.size();
   for (const TreeEntry& entry : node.entries()) {
-    if (!name.empty()) name += '.';
-    name += key_to_string(entry.key);
+    detail::append_name(name, key_to_string(entry.key));
     const bool leaf = !entry.value.is_container() || entry.value.size() == 0;
     if (leaf ? matcher.in_scope(name) : true) {
       Tree child = filtered(entry.value, name, matcher);
@@ -466,7 +466,7 @@ RestoreReport restore(const Tree& target, const Tree& source, const RestoreOptio
   }
   // Last: replacing a subtree ends the life of its leaves.
   for (const detail::WholeField& field : whole) {
-    *detail::node_at(report.tree, field.path) = defaults.whole_value(field.index);
+    *report.tree.find_key_path(field.path) = defaults.whole_value(field.index);
   }
   return report;
 }

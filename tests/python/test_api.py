@@ -690,7 +690,8 @@ def test_formats():
     assert {"safetensors", "torch", "npz", "npy"} <= set(formats)
     for f in formats.values():
         assert set(f) == {"id", "description", "extensions", "read", "write", "nested_tree", "checksums",
-                          "single_tensor", "metadata", "shards", "dtypes"}
+                          "single_tensor", "metadata", "shards", "colliding_names", "ties", "file_per_tensor",
+                          "state_file", "dtypes"}
         assert all(ext.startswith(".") for ext in f["extensions"]) and f["description"]
     assert ".safetensors" in formats["safetensors"]["extensions"] and ".pt" in formats["torch"]["extensions"]
     assert formats["safetensors"]["nested_tree"] is True and formats["npz"]["nested_tree"] is False

@@ -30,7 +30,7 @@ void print_table(const std::string& path, const Contents& contents) {
   std::cout << "format:    " << contents.format;
   if (contents.format_version > 0) std::cout << " (ckpt extras v" << contents.format_version << ")";
   std::cout << '\n';
-  std::cout << "checksums: " << checksum_text(contents.checksum);
+  std::cout << "checksums: " << checksum_name(contents.checksum);
   if (contents.checksum != ChecksumKind::kNone) {
     const auto stored = std::count_if(contents.entries.begin(), contents.entries.end(),
                                       [](const EntryInfo& entry) { return !entry.checksum.empty(); });

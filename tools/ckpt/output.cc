@@ -5,7 +5,7 @@
 #include <ostream>
 
 #include "ckpt/document.h"
-#include "core/checksum.h"
+#include "ckpt/checksum.h"
 
 namespace ckpt::tool {
 
@@ -30,8 +30,6 @@ std::string count_text(uint64_t count, std::string_view noun) {
   if (count != 1) text += "s";
   return text;
 }
-
-std::string_view checksum_text(ChecksumKind kind) { return checksum_name(kind); }
 
 std::string leaf_text(const Tree& leaf) {
   if (leaf.kind() == Tree::Kind::kTensor) {

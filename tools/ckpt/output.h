@@ -18,8 +18,6 @@ namespace ckpt::tool {
 std::string size_text(uint64_t bytes);
 // "1 tensor", "2 tensors": `count` and `noun`, plural with an "s" unless 1.
 std::string count_text(uint64_t count, std::string_view noun);
-// "xxh3", "crc32c", or "none".
-std::string_view checksum_text(ChecksumKind kind);
 
 // A non-tensor leaf for people: as its JSON (ckpt/document.h to_json), except bytes as
 // "bytes[N] 0a1b2c…" (at most 16 shown) and tensors as "float32 [2, 3]".

@@ -25,7 +25,7 @@ int run_verify(const VerifyArguments& arguments) {
   if (contents.checksum == ChecksumKind::kNone) {
     std::cout << "none stored";
   } else {
-    std::cout << checksum_text(contents.checksum) << " verified";
+    std::cout << checksum_name(contents.checksum) << " verified";
   }
   std::cout << ")\n";
   return kExitOk;
