@@ -212,49 +212,20 @@ def to_nest(value: Any, *, _path: Tuple[Any, ...] = (), _markers: Optional[list]
 # ------------------------------------------------------------------ rebuild
 
 def _as_numpy(value: Any) -> Any:
+    """``value`` as a numpy array; a torch tensor viewed, not copied (bfloat16
+    and float8 as ml_dtypes arrays, by the C++ side's dtype table)."""
+    if _is_torch(value):
+        return _ckpt.as_framework(value, "numpy")
     import numpy as np
 
-    if _is_torch(value):
-        torch = _module("torch")
-        bits = {torch.bfloat16: (torch.int16, "bfloat16"), torch.float8_e4m3fn: (torch.uint8, "float8_e4m3fn"),
-                torch.float8_e5m2: (torch.uint8, "float8_e5m2"),
-                torch.float8_e4m3fnuz: (torch.uint8, "float8_e4m3fnuz"),
-                torch.float8_e5m2fnuz: (torch.uint8, "float8_e5m2fnuz"),
-                torch.float8_e8m0fnu: (torch.uint8, "float8_e8m0fnu")}
-        if value.dtype == torch.float4_e2m1fn_x2:  # packed pairs: numpy has no such dtype, only the bytes
-            return value.view(torch.uint8).numpy()
-        if value.dtype in bits:
-            import ml_dtypes
-
-            as_int, name = bits[value.dtype]
-            return value.view(as_int).numpy().view(getattr(ml_dtypes, name))
-        return value.numpy()
     return np.asarray(value)
 
 
 def _as_torch(value: Any) -> Any:
-    torch = _module("torch")
+    """``value`` as a torch tensor over the same memory where it can be."""
     if _is_torch(value):
         return value
-    return _ckpt_torch(_as_numpy(value))
-
-
-def _ckpt_torch(array: Any) -> Any:
-    import warnings
-
-    import numpy as np
-
-    torch = _module("torch")
-    bits = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
-            "float8_e5m2": (np.uint8, torch.float8_e5m2), "float8_e4m3fnuz": (np.uint8, torch.float8_e4m3fnuz),
-            "float8_e5m2fnuz": (np.uint8, torch.float8_e5m2fnuz),
-            "float8_e8m0fnu": (np.uint8, torch.float8_e8m0fnu)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # read-only views of a file's private mapping
-        if array.dtype.name in bits:
-            as_int, dtype = bits[array.dtype.name]
-            return torch.from_numpy(array.view(as_int)).view(dtype)
-        return torch.from_numpy(array)
+    return _ckpt.as_framework(_as_numpy(value), "torch")
 
 
 def _like(target: Any, value: Any) -> Any:

@@ -327,6 +327,19 @@ PYBIND11_MODULE(_ckpt, m) {
       },
       py::arg("data"), py::arg("framework") = "numpy", py::arg("label") = "<bytes>");
 
+  // `array` (a numpy array or a torch tensor) as `framework`'s array over the
+  // same memory, by values.cc's one table of dtypes: bfloat16 and the
+  // float8s as ml_dtypes arrays in numpy, torch's own dtypes in torch. The
+  // result may be written (the memory is the caller's own).
+  m.def(
+      "as_framework",
+      [](py::handle array, const std::string& framework) {
+        const Tree leaf = value_in(array, "", 0);
+        if (!leaf.is_tensor()) throw py::type_error("as_framework takes an array or a tensor");
+        return tensor_out(leaf.tensor(), framework_from(framework), /*writable_numpy=*/true);
+      },
+      py::arg("array"), py::arg("framework"));
+
   // What `ckpt inspect --json` prints (document.h contents_document); with
   // `verify`, after full validation (what `ckpt verify` checks).
   m.def(
