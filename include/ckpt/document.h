@@ -53,4 +53,9 @@ Tree formats_document();
 // a tensor as {"tensor": {"dtype": str, "shape": [int...]}} (never its bytes).
 std::string to_json(const Tree& document);
 
+// A leaf for people (the CLI's tables): as to_json() writes it, except bytes
+// as "bytes[N] 0a1b2c…" (the first 16 in hex) and a tensor as its dtype and
+// shape, "float32 [2, 3]".
+std::string leaf_text(const Tree& leaf);
+
 }  // namespace ckpt

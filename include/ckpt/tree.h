@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -30,6 +31,17 @@ using Key = std::variant<std::string, int64_t>;
 
 // Returns the key as it appears in a leaf name: the string, or the decimal integer.
 std::string key_to_string(const Key& key);
+
+// The dotted name of the child `key` of the node named `parent`:
+// "parent.key", or `key` alone when `parent` is empty (the root's children).
+// This is how leaves are named (before the escape of colliding names, see
+// leaves()), and how formats, restore and Python name entries in messages.
+std::string join_name(std::string_view parent, std::string_view key);
+// Appends `key` to the dotted name `name` in place, as join_name(name, key)
+// would return it.
+void append_name(std::string& name, std::string_view key);
+// The keys of a path joined by the same rule: join_names({"a", "b"}) == "a.b".
+std::string join_names(std::span<const std::string> keys);
 
 // A path of keys from a tree's root to one of its nodes: map keys (strings or
 // integers) and list positions (integers), exactly as the tree holds them, so

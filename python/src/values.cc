@@ -205,10 +205,6 @@ py::object value_out(const Tree& tree, Framework framework) {
 
 constexpr size_t kMaxDepth = 512;
 
-std::string child_name(const std::string& name, const std::string& key) {
-  return name.empty() ? key : name + "." + key;
-}
-
 [[noreturn]] void type_error(const std::string& name, py::handle value, const std::string& why) {
   const std::string type = py::str(py::type::handle_of(value).attr("__name__"));
   throw py::type_error("cannot save " + (name.empty() ? std::string("the state") : "'" + name + "'") + " of type " +
@@ -322,14 +318,14 @@ Tree value_in(py::handle value, const std::string& name, size_t depth) {
         const long long v = PyLong_AsLongLongAndOverflow(item.first.ptr(), &overflow);
         if (overflow != 0) {
           throw Error(ErrorCode::kUnsupported, "integer dict key wider than 64 bits",
-                      {.entry = child_name(name, py::str(item.first))});
+                      {.entry = join_name(name, std::string(py::str(item.first)))});
         }
         key = static_cast<int64_t>(v);
         key_text = key_to_string(key);
       } else {
-        type_error(child_name(name, py::str(item.first)), item.first, "dict keys must be str or int");
+        type_error(join_name(name, std::string(py::str(item.first))), item.first, "dict keys must be str or int");
       }
-      Tree child = value_in(item.second, child_name(name, key_text), depth + 1);
+      Tree child = value_in(item.second, join_name(name, key_text), depth + 1);
       map.set(std::move(key), std::move(child));
     }
     return map;
@@ -339,7 +335,7 @@ Tree value_in(py::handle value, const std::string& name, size_t depth) {
     py::sequence sequence = py::reinterpret_borrow<py::sequence>(value);
     list.reserve(sequence.size());
     size_t i = 0;
-    for (auto item : sequence) list.push_back(value_in(item, child_name(name, std::to_string(i++)), depth + 1));
+    for (auto item : sequence) list.push_back(value_in(item, join_name(name, std::to_string(i++)), depth + 1));
     return list;
   }
   if (torch_loaded()) {

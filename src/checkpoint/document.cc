@@ -3,12 +3,14 @@
 
 #include "ckpt/document.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "ckpt/checksum.h"
 #include "ckpt/registry.h"
 #include "core/json_writer.h"
+#include "core/text.h"
 #include "formats/tree_json.h"
 
 namespace ckpt {
@@ -167,6 +169,22 @@ Tree formats_document() {
   Tree document = Tree::map();
   document.set("formats", std::move(list));
   return document;
+}
+
+std::string leaf_text(const Tree& leaf) {
+  if (leaf.kind() == Tree::Kind::kTensor) {
+    return std::string(dtype_name(leaf.tensor().dtype())) + " " + shape_text(leaf.tensor().shape());
+  }
+  if (leaf.kind() != Tree::Kind::kBytes) return to_json(leaf);
+  constexpr size_t kShown = 16;
+  const std::string& data = leaf.bytes().data;
+  std::string text = "bytes[" + std::to_string(data.size()) + "]";
+  if (!data.empty()) text += " ";
+  for (size_t i = 0; i < std::min(data.size(), kShown); ++i) {
+    text += detail::hex_digits(static_cast<unsigned char>(data[i]), 2);
+  }
+  if (data.size() > kShown) text += "…";
+  return text;
 }
 
 std::string to_json(const Tree& document) {

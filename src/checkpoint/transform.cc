@@ -21,7 +21,6 @@
 
 #include "ckpt/error.h"
 #include "checkpoint/glob.h"
-#include "core/text.h"
 
 namespace ckpt {
 namespace {
@@ -78,7 +77,7 @@ struct Transforms::Step {
     switch (kind) {
       case Kind::kRenamePrefix:
         if (first.empty()) {
-          name = detail::join_name(second, name);
+          name = join_name(second, name);
         } else if (name_under(name, first)) {
           if (second.empty()) {
             name.erase(0, std::min(first.size() + 1, name.size()));
@@ -95,7 +94,7 @@ struct Transforms::Step {
       case Kind::kDrop:
         if (glob->matches(name)) return std::nullopt;
         return name;
-      case Kind::kAddPrefix: return detail::join_name(first, name);
+      case Kind::kAddPrefix: return join_name(first, name);
       case Kind::kStripPrefix:
         if (!first.empty() && name.size() > first.size() && name_under(name, first)) name.erase(0, first.size() + 1);
         return name;

@@ -60,21 +60,4 @@ std::string hex_digits(uint64_t value, size_t width) {
   return text;
 }
 
-void append_name(std::string& name, std::string_view key) {
-  if (!name.empty()) name += '.';
-  name += key;
-}
-
-std::string join_name(std::string_view parent, std::string_view key) {
-  std::string name(parent);
-  append_name(name, key);
-  return name;
-}
-
-std::string join_names(std::span<const std::string> keys) {
-  std::string name;
-  for (const std::string& key : keys) append_name(name, key);
-  return name;
-}
-
 }  // namespace ckpt::detail

@@ -1,10 +1,9 @@
 #pragma once
 // Small text rules that several formats share, each in one place: UTF-8
-// validity, fixed-width hex digits, and the dotted names of tree leaves.
+// validity and fixed-width hex digits. (Dotted names: ckpt/tree.h.)
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 
@@ -29,17 +28,5 @@ std::string hex_digits(uint64_t value, size_t width);
 // The 8 hex digits of a 32-bit value, as ckpt prints CRC-32 and CRC-32C
 // digests: hex8(0xbeef) == "0000beef".
 inline std::string hex8(uint32_t value) { return hex_digits(value, 8); }
-
-// The dotted name of the child `key` of the node named `parent`:
-// "parent.key", or `key` alone when `parent` is empty (the root's children).
-// This is how formats name leaves and the entries of their error messages.
-std::string join_name(std::string_view parent, std::string_view key);
-
-// Appends `key` to the dotted name `name` in place, as join_name(name, key)
-// would return it.
-void append_name(std::string& name, std::string_view key);
-
-// The keys of a path joined by the same rule: join_names({"a", "b"}) == "a.b".
-std::string join_names(std::span<const std::string> keys);
 
 }  // namespace ckpt::detail

@@ -200,6 +200,23 @@ const Tree* Tree::find(const Key& key) const {
   return nullptr;
 }
 
+void append_name(std::string& name, std::string_view key) {
+  if (!name.empty()) name += '.';
+  name += key;
+}
+
+std::string join_name(std::string_view parent, std::string_view key) {
+  std::string name(parent);
+  append_name(name, key);
+  return name;
+}
+
+std::string join_names(std::span<const std::string> keys) {
+  std::string name;
+  for (const std::string& key : keys) append_name(name, key);
+  return name;
+}
+
 Tree* Tree::find(const Key& key) { return const_cast<Tree*>(std::as_const(*this).find(key)); }
 
 const Tree* Tree::find_key_path(const KeyPath& path) const {

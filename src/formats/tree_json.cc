@@ -140,7 +140,7 @@ class SkeletonWriter {
   std::string path() const {
     std::vector<std::string> parts;
     for (const Key* key : path_) parts.push_back(key_to_string(*key));
-    return detail::join_names(parts);
+    return join_names(parts);
   }
 
   JsonWriter& out_;
@@ -181,7 +181,7 @@ class SkeletonReader {
     std::vector<std::string> parts;
     parts.reserve(path_.size());
     for (const Step& step : path_) parts.push_back(step.is_text ? std::string(step.text) : std::to_string(step.number));
-    return detail::join_names(parts);
+    return join_names(parts);
   }
 
   [[noreturn]] void fail(const std::string& message) const {

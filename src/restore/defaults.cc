@@ -6,7 +6,6 @@
 
 #include "ckpt/error.h"
 #include "ckpt/transform.h"
-#include "core/text.h"
 
 namespace ckpt::detail {
 namespace {

@@ -13,7 +13,6 @@
 #include <unordered_map>
 
 #include "ckpt/cast.h"
-#include "core/text.h"
 #include "restore/defaults.h"
 
 namespace ckpt {
@@ -247,7 +246,7 @@ Tree filtered(const Tree& node, std::string& name, const Matcher& matcher) {
   bool dropped = false;
   const size_t length = name.size();
   for (const TreeEntry& entry : node.entries()) {
-    detail::append_name(name, key_to_string(entry.key));
+    append_name(name, key_to_string(entry.key));
     const bool leaf = !entry.value.is_container() || entry.value.size() == 0;
     if (leaf ? matcher.in_scope(name) : true) {
       Tree child = filtered(entry.value, name, matcher);

@@ -148,5 +148,16 @@ TEST(DocumentTest, JsonRendersEveryKindOfLeaf) {
             "\"t\":{\"tensor\":{\"dtype\":\"bfloat16\",\"shape\":[2,0]}},\"nested\":{\"5\":[]}}");
 }
 
+TEST(DocumentTest, LeafTextShowsBytesInHexAndTensorsByDtypeAndShape) {
+  EXPECT_EQ(leaf_text(Bytes{std::string("\x01\xfe", 2)}), "bytes[2] 01fe");
+  EXPECT_EQ(leaf_text(Bytes{}), "bytes[0]");
+  std::string sixteen;
+  for (int i = 0; i < 16; ++i) sixteen += "0a";
+  EXPECT_EQ(leaf_text(Bytes{std::string(17, '\x0a')}), "bytes[17] " + sixteen + "…");  // the first 16 shown
+  EXPECT_EQ(leaf_text(Tensor::empty(DType::kFloat32, {2, 3})), "float32 [2, 3]");
+  EXPECT_EQ(leaf_text(Tree("run")), "\"run\"");
+  EXPECT_EQ(leaf_text(Tree()), "null");
+}
+
 }  // namespace
 }  // namespace ckpt

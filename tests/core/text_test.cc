@@ -52,22 +52,5 @@ TEST(TextTest, HexDigitsArePaddedLowerCase) {
   EXPECT_EQ(hex_digits(~uint64_t{0}, 0), "ffffffffffffffff");
 }
 
-TEST(TextTest, NamesJoinWithDotsBelowTheRoot) {
-  EXPECT_EQ(join_name("", "model"), "model");
-  EXPECT_EQ(join_name("model", "encoder"), "model.encoder");
-  EXPECT_EQ(join_name("model.layers", "0"), "model.layers.0");
-  EXPECT_EQ(join_name("a", ""), "a.");
-  std::string name;
-  append_name(name, "model");
-  append_name(name, "w");
-  EXPECT_EQ(name, "model.w");
-  EXPECT_EQ(join_names(std::vector<std::string>{}), "");
-  EXPECT_EQ(join_names(std::vector<std::string>{"optimizer", "state", "0", "exp_avg"}), "optimizer.state.0.exp_avg");
-  const std::vector<std::string> keys = {"a", "b", "c"};
-  std::string step_by_step;
-  for (const std::string& key : keys) step_by_step = join_name(step_by_step, key);
-  EXPECT_EQ(join_names(keys), step_by_step) << "one rule";
-}
-
 }  // namespace
 }  // namespace ckpt::detail

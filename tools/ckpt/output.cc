@@ -31,26 +31,6 @@ std::string count_text(uint64_t count, std::string_view noun) {
   return text;
 }
 
-std::string leaf_text(const Tree& leaf) {
-  if (leaf.kind() == Tree::Kind::kTensor) {
-    return std::string(dtype_name(leaf.tensor().dtype())) + " " + shape_text(leaf.tensor().shape());
-  }
-  if (leaf.kind() == Tree::Kind::kBytes) {
-    const std::string& data = leaf.bytes().data;
-    std::string text = "bytes[" + std::to_string(data.size()) + "]";
-    if (!data.empty()) text += " ";
-    static const char kHex[] = "0123456789abcdef";
-    for (size_t i = 0; i < std::min<size_t>(data.size(), 16); ++i) {
-      const auto byte = static_cast<unsigned char>(data[i]);
-      text += kHex[byte >> 4];
-      text += kHex[byte & 0xf];
-    }
-    if (data.size() > 16) text += "…";
-    return text;
-  }
-  return to_json(leaf);
-}
-
 std::string one_line(std::string text) {
   for (char& c : text) {
     if (c == '\n' || c == '\r') c = ' ';

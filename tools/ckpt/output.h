@@ -19,10 +19,6 @@ std::string size_text(uint64_t bytes);
 // "1 tensor", "2 tensors": `count` and `noun`, plural with an "s" unless 1.
 std::string count_text(uint64_t count, std::string_view noun);
 
-// A non-tensor leaf for people: as its JSON (ckpt/document.h to_json), except bytes as
-// "bytes[N] 0a1b2c…" (at most 16 shown) and tensors as "float32 [2, 3]".
-std::string leaf_text(const Tree& leaf);
-
 // `text` with every line break replaced by a space, so that it fits one line.
 std::string one_line(std::string text);
 

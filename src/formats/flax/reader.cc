@@ -114,7 +114,7 @@ class Reader {
 
   // The dotted path of the value being read, for messages.
   std::string entry() const {
-    return detail::join_names(keys_);
+    return join_names(keys_);
   }
 
  private:

@@ -63,7 +63,7 @@ class Encoder {
         // turns lists into {"0": ..} maps first; those stay maps in ckpt).
         append_array_header(text_, node.size());
         for (size_t i = 0; i < node.size(); ++i) {
-          encode(node.entries()[i].value, detail::join_name(name, std::to_string(i)), Chunking::kNever, depth + 1);
+          encode(node.entries()[i].value, join_name(name, std::to_string(i)), Chunking::kNever, depth + 1);
         }
         return;
       case Tree::Kind::kMap:
@@ -71,7 +71,7 @@ class Encoder {
         for (const TreeEntry& entry : node.entries()) {
           if (const auto* text = std::get_if<std::string>(&entry.key)) {
             if (!detail::valid_utf8(*text)) {
-              unsupported("map key is not valid UTF-8 (msgpack str)", detail::join_name(name, *text));
+              unsupported("map key is not valid UTF-8 (msgpack str)", join_name(name, *text));
             }
             append_str(text_, *text);
           } else {
@@ -80,7 +80,7 @@ class Encoder {
           // _chunk_array_leaves_in_place recurses into dicts only: a map
           // inside a list keeps its arrays whole (msgpack_restore would not
           // unchunk them there).
-          encode(entry.value, detail::join_name(name, key_to_string(entry.key)), chunking, depth + 1);
+          encode(entry.value, join_name(name, key_to_string(entry.key)), chunking, depth + 1);
         }
         return;
     }

@@ -91,7 +91,7 @@ Tree to_tree(Node& node, const std::string& name, const ErrorContext& context) {
   if (node.kind == Node::Kind::kDict) {
     Tree out = Tree::map();
     for (auto& [key, child] : node.children) {
-      out.set(key, to_tree(*child, detail::join_name(name, key), context));
+      out.set(key, to_tree(*child, join_name(name, key), context));
     }
     return out;
   }
@@ -112,7 +112,7 @@ Tree to_tree(Node& node, const std::string& name, const ErrorContext& context) {
               name);
     }
     ++expected;
-    out.push_back(to_tree(*child, detail::join_name(name, std::to_string(position)),
+    out.push_back(to_tree(*child, join_name(name, std::to_string(position)),
                           context));
   }
   return out;
@@ -123,7 +123,7 @@ void flatten(element value, const std::string& prefix, std::string_view skip, Me
   simdjson::dom::object object;
   if (!value.get_object().get(object)) {
     for (const auto field : object) {
-      flatten(field.value, detail::join_name(prefix, field.key), skip, out);
+      flatten(field.value, join_name(prefix, field.key), skip, out);
     }
     return;
   }

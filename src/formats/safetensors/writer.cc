@@ -82,7 +82,7 @@ void check_plain(const Tree& node, const std::string& name, std::unordered_set<s
                           " cannot be stored without ckpt's extras (SaveOptions.extras)",
                       name);
         }
-        check_plain(entry.value, detail::join_name(name, *key), names);
+        check_plain(entry.value, join_name(name, *key), names);
       }
       return;
     case Tree::Kind::kList:

@@ -11,7 +11,6 @@
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/json_writer.h"
-#include "core/text.h"
 #include "formats/tf/layout.h"
 #include "formats/tf/names.h"
 #include "formats/tf/paths.h"
@@ -30,7 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 [[noreturn]] void unsupported(std::string message, const TreePath& path) {
-  throw Error(ErrorCode::kUnsupported, std::move(message), {.entry = detail::join_names(path)});
+  throw Error(ErrorCode::kUnsupported, std::move(message), {.entry = join_names(path)});
 }
 
 // One leaf to store.
@@ -193,7 +192,7 @@ class Writer {
       if (item.key == kHeaderKey) unsupported("the empty key is the bundle's header", item.path);
       const auto [it, inserted] = seen.emplace(item.key, i);
       if (!inserted) {
-        unsupported("two leaves map to the key '" + item.key + "' (the other: " + detail::join_names(items_[it->second].path) + ")",
+        unsupported("two leaves map to the key '" + item.key + "' (the other: " + join_names(items_[it->second].path) + ")",
                     item.path);
       }
     }
@@ -231,7 +230,7 @@ class Writer {
           throw Error(ErrorCode::kUnsupported,
                       "max_shard_bytes " + std::to_string(limit) + " would split the bundle into more than " +
                           std::to_string(kMaxWriteShards) + " shards",
-                      {.entry = detail::join_names(item.path)});
+                      {.entry = join_names(item.path)});
         }
         shard_sizes_.push_back(0);
         offset = 0;

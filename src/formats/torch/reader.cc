@@ -52,7 +52,7 @@ class TreeBuilder {
  private:
   std::string path_name() const {
     std::string name;
-    for (const Key& key : path_) detail::append_name(name, key_to_string(key));
+    for (const Key& key : path_) append_name(name, key_to_string(key));
     return name;
   }
 

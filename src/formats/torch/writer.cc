@@ -197,7 +197,7 @@ class PickleEmitter {
 
  private:
   static std::string child(const std::string& name, const Key& key) {
-    return detail::join_name(name, key_to_string(key));
+    return join_name(name, key_to_string(key));
   }
 
   void text(const std::string& value, const std::string& name) {
