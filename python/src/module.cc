@@ -218,9 +218,10 @@ class Handle {
   bool closed_ = false;
 };
 
-Contents open_contents(const std::string& path, bool lazy, bool verify, unsigned threads) {
+// ckpt::open with the GIL released.
+Contents open_contents(const std::string& path, const LoadOptions& options) {
   py::gil_scoped_release release;
-  return ckpt::open(path, {.verify = verify, .lazy = lazy, .threads = threads});
+  return ckpt::open(path, options);
 }
 
 }  // namespace
@@ -271,7 +272,7 @@ PYBIND11_MODULE(_ckpt, m) {
       "load",
       [](const std::string& path, const std::string& framework, bool lazy, bool verify, unsigned threads) {
         const Framework fw = framework_from(framework);
-        const Contents contents = open_contents(path, lazy, verify, threads);
+        const Contents contents = open_contents(path, {.verify = verify, .lazy = lazy, .threads = threads});
         return value_out(contents.tree, fw);
       },
       py::arg("path"), py::kw_only(), py::arg("framework") = "numpy", py::arg("lazy") = true,
@@ -297,7 +298,7 @@ PYBIND11_MODULE(_ckpt, m) {
       "open",
       [](const std::string& path, const std::string& framework, bool verify, bool lazy) {
         const Framework fw = framework_from(framework);
-        return Handle(open_contents(path, lazy, verify, 0), fw);
+        return Handle(open_contents(path, {.verify = verify, .lazy = lazy}), fw);
       },
       py::arg("path"), py::kw_only(), py::arg("framework") = "numpy", py::arg("verify") = false,
       py::arg("lazy") = true);
@@ -345,7 +346,7 @@ PYBIND11_MODULE(_ckpt, m) {
   m.def(
       "describe",
       [](const std::string& path, bool verify) {
-        const Contents contents = open_contents(path, true, verify, 0);
+        const Contents contents = open_contents(path, {.verify = verify});
         return value_out(contents_document(path, contents), Framework::kNumpy);
       },
       py::arg("path"), py::arg("verify") = false);
