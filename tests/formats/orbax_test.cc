@@ -111,6 +111,26 @@ TEST_F(OrbaxTest, InteriorNodesAndPrefixCompressedKeys) {
   EXPECT_EQ(tree.at("b").tensor().values<float>()[2], 5.0f);
 }
 
+TEST_F(OrbaxTest, AMissingChunkWithANullFillValueReadsAsZeros) {
+  // ckpt's own writer emits "fill_value": null; a chunk file lost afterwards
+  // reads as zeros (the zarr default), in verify and load alike. It used to
+  // spin forever: the null fill was an empty tensor repeated over the chunk.
+  const auto dir = dir_ / "item";
+  std::filesystem::create_directories(dir / "x");
+  write_file(dir / "_METADATA", metadata({entry({"x"}, "np.ndarray")}));
+  write_file(dir / "x" / ".zarray", raw_zarray("<f4", "[4]", "[2]"));
+  write_file(dir / "x" / "0", floats({1.5f, 2.5f}));  // chunk 1 is missing
+  const Contents verified = verify(dir);
+  const Tree tree = load(dir);
+  const auto values = tree.at("x").tensor().values<float>();
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_EQ(values[0], 1.5f);
+  EXPECT_EQ(values[1], 2.5f);
+  EXPECT_EQ(values[2], 0.0f);
+  EXPECT_EQ(values[3], 0.0f);
+  EXPECT_EQ(verified.entries.size(), 1u);
+}
+
 TEST_F(OrbaxTest, EdgeChunksAreClippedAndMissingChunksReadAsTheFillValue) {
   // Per-array layout: "x" is int16 [3, 5] in chunks of [2, 2] with "/" as the
   // separator; chunk 1/2 was never written and reads as fill_value 7.

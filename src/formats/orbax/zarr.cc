@@ -61,12 +61,12 @@ Shape parse_dimensions(element value, const char* field, Dimensions allowed, con
   return out;
 }
 
-// The fill value as a 0-d tensor of `dtype`.
-Tensor parse_fill(element value, DType dtype, const ErrorContext& context) {
+// The fill value as a 0-d tensor of `dtype`; nullopt for null.
+std::optional<Tensor> parse_fill(element value, DType dtype, const ErrorContext& context) {
   Tensor source;
   switch (value.type()) {
     case element_type::NULL_VALUE:
-      return {};
+      return std::nullopt;
     case element_type::BOOL: {
       const bool flag = value.get_bool().value_unsafe();
       source = Tensor::from_bytes(DType::kBool, {}, std::as_bytes(std::span(&flag, 1)));
@@ -125,11 +125,11 @@ void copy_chunk(const ZarrArray& array, std::span<const int64_t> index, std::spa
 // Writes the fill value (zeros when it is null) over `out`, a whole number
 // of elements (a missing chunk).
 void fill_bytes(const ZarrArray& array, std::span<std::byte> out) {
-  if (!array.fill.has_data()) {
+  if (!array.fill) {
     std::memset(out.data(), 0, out.size());
     return;
   }
-  const auto value = array.fill.bytes();
+  const auto value = array.fill->bytes();
   for (size_t at = 0; at + value.size() <= out.size(); at += value.size()) {
     std::memcpy(out.data() + at, value.data(), value.size());
   }

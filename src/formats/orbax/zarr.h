@@ -21,7 +21,7 @@ struct ZarrArray {
   Shape shape;
   Shape chunks;
   bool zstd = false;        // compressor {"id": "zstd"}; false: null
-  Tensor fill;              // 0-d fill value of `dtype`; no data when fill_value is null
+  std::optional<Tensor> fill;  // 0-d fill value of `dtype`; nullopt when fill_value is null (zeros)
   char separator = '.';     // dimension_separator
 };
 
