@@ -89,7 +89,10 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
     ckpt::save(dst, tree, save);
     return report;
   } catch (const Error& error) {
-    if (keeps_tree || error.code() != ErrorCode::kUnsupported) throw;
+    // A refusal that names a tensor (a dtype the target lacks) stands as it
+    // is: writing the tensors alone would meet it again.
+    const Tree* refused = error.context().entry.empty() ? nullptr : tree.find_path(error.context().entry);
+    if (keeps_tree || error.code() != ErrorCode::kUnsupported || (refused && refused->is_tensor())) throw;
     refusal = error.message();
   }
   // It does not hold the tree: the tensors alone, under their dotted names.
@@ -104,10 +107,11 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
   }
   if (!report.dropped.empty() && !options.drop_unsupported) {
     throw Error(ErrorCode::kUnsupported,
-                save.format + (save.extras ? "" : " without extras") + " cannot hold the non-tensor values (" +
-                    std::to_string(report.dropped.size()) + ", the first '" + report.dropped.front() +
-                    "'; " + refusal + "); they would be lost: ask to drop unsupported values (--drop-unsupported, "
-                    "drop_unsupported=True) to write the tensors alone")
+                save.format + (save.extras ? "" : " without extras") + " cannot hold the tree's " +
+                    std::to_string(report.dropped.size()) + " non-tensor values (the first, '" +
+                    report.dropped.front() + "': " + refusal +
+                    "); they would be lost: pass --drop-unsupported (Python: drop_unsupported=True) to write "
+                    "the tensors alone")
         .with_path(dst);
   }
   ckpt::save(dst, flat, save);

@@ -85,6 +85,24 @@ TEST_F(ConvertTest, ATensorsOnlyTargetRefusesToLoseValuesUnlessAskedTo) {
   EXPECT_EQ(written.find_path("epoch"), nullptr);
 }
 
+TEST_F(ConvertTest, ADtypeTheTargetLacksIsNamedNotBlamedOnTheValues) {
+  Tree state = state_;
+  state.set("half", Tensor::empty(DType::kBFloat16, {2}));
+  save(src_, state, {.fsync = false});
+  for (const bool drop : {false, true}) {
+    try {
+      convert(src_, dir_ / "out.npz", {.drop_unsupported = drop});
+      FAIL() << "wrote bfloat16 into npz";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+      EXPECT_EQ(error.context().entry, "half");
+      EXPECT_NE(std::string(error.what()).find("bfloat16"), std::string::npos) << error.what();
+      EXPECT_EQ(std::string(error.what()).find("non-tensor"), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "out.npz"));
+}
+
 TEST_F(ConvertTest, WithoutExtrasTheTargetHoldsTensorsOnly) {
   std::string message;
   EXPECT_EQ(code_of(dir_ / "plain.safetensors", {.save = {.extras = false}}, &message), ErrorCode::kUnsupported);

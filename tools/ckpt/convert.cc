@@ -10,9 +10,7 @@
 
 #include <simdjson.h>
 
-#include <algorithm>
 #include <iostream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <string>

@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/registry.h"
 #include "commands.h"
 #include "output.h"
 
