@@ -29,11 +29,14 @@ struct ConvertOptions {
   // The tree goes to the target as it is wherever the target's writer
   // holds it (with save.extras, every format with the nested_tree
   // capability; without, what each writer holds: a TF bundle keeps strings
-  // and bytes, torch everything). A target that refuses it (npz, a plain
-  // safetensors file) gets the tensors alone, under their dotted names. The
-  // non-tensor values it cannot hold are never lost silently: the
-  // conversion is refused unless this is true, and then they are left
-  // behind and listed in ConvertReport::dropped.
+  // and bytes, torch everything). A target without the lists_and_int_keys
+  // capability (Flax) writes lists as maps keyed "0", "1", ... and integer
+  // keys as strings, as Flax's to_bytes does: every leaf keeps its name. A
+  // target that refuses the tree (npz, a plain safetensors file) gets the
+  // tensors alone, under their dotted names. The non-tensor values it
+  // cannot hold are never lost silently: the conversion is refused unless
+  // this is true, and then they are left behind and listed in
+  // ConvertReport::dropped.
   bool drop_unsupported = false;
 };
 

@@ -40,8 +40,9 @@ Tree diff_document(const DiffReport& report, const std::filesystem::path& a, con
 
 // The registered formats, in detection order:
 //   {"formats": [{"id", "description", "extensions": [str...], "read", "write",
-//                 "nested_tree", "checksums", "single_tensor", "metadata", "shards",
-//                 "colliding_names", "ties", "file_per_tensor", "state_file",
+//                 "nested_tree", "lists_and_int_keys", "checksums", "single_tensor",
+//                 "metadata", "shards", "colliding_names", "ties", "file_per_tensor",
+//                 "state_file",
 //                 "dtypes": [str...]}...]}
 // (the booleans are FormatCapabilities' fields).
 Tree formats_document();

@@ -104,7 +104,16 @@ struct SaveOptions {
 struct FormatCapabilities {
   bool read = false;
   bool write = false;
-  bool nested_tree = false;     // keeps non-tensor leaves, lists, integer keys
+  bool nested_tree = false;     // keeps non-tensor leaves and nested containers
+  // Keeps lists apart from maps and integer map keys apart from string keys,
+  // so that a tree comes back with the very containers and keys it was saved
+  // with. Without it (Flax, whose to_state_dict makes every list and tuple a
+  // map keyed "0", "1", ... and every key its str()), a list is written as a
+  // map keyed by its positions in decimal and an integer key as its decimal
+  // string: leaf names stay the same, restore() matches a target's list with
+  // such a map, and a map whose integer and string keys would meet as
+  // strings ({1: a, "1": b}) is Error{kUnsupported}.
+  bool lists_and_int_keys = false;
   bool checksums = false;
   bool single_tensor = false;   // holds exactly one tensor (npy)
   bool metadata = false;        // keeps SaveOptions::metadata

@@ -87,9 +87,12 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
 
     ``state`` is any nest of dicts (str or int keys), lists and tuples of numpy
     arrays, torch tensors (CPU or not: copied to the CPU), jax arrays, Python
-    ints, floats, bools, strings, bytes and None; dataclasses (flax.struct
-    ones such as a TrainState too) and NamedTuples are stored as dicts by
-    field name, as Flax stores them. Arrays and contiguous CPU tensors are
+    ints, floats, complex numbers (as 0-d complex128 arrays), bools, strings,
+    bytes and None; dataclasses (flax.struct ones such as a TrainState too)
+    and NamedTuples are stored as dicts by field name, as Flax stores them.
+    A Flax file (".msgpack") holds what ``flax.serialization.to_bytes(state)``
+    writes, byte for byte: lists and tuples as dicts keyed "0", "1", ...,
+    int keys as strings; ``load`` gives those dicts back. Arrays and contiguous CPU tensors are
     written straight from their memory. ``format`` is a format id
     ("safetensors", "torch", "npz", "npy"); by default the extension decides
     (safetensors when it names no format). ``metadata`` is stored beside the
@@ -259,6 +262,6 @@ def diff(a: PathLike, b: PathLike, *, atol: float = 0.0) -> Dict[str, Any]:
 def formats() -> List[Dict[str, Any]]:
     """The registered formats, as ``ckpt formats --json`` lists them: id,
     description, extensions, read, write, the capabilities (nested_tree,
-    checksums, single_tensor, metadata, shards, colliding_names, ties,
+    lists_and_int_keys, checksums, single_tensor, metadata, shards, colliding_names, ties,
     file_per_tensor, state_file) and dtypes."""
     return _ckpt.formats()

@@ -292,6 +292,12 @@ Tree value_in(py::handle value, const std::string& name, size_t depth) {
     return Tree(static_cast<int64_t>(v));
   }
   if (PyFloat_Check(value.ptr())) return Tree(PyFloat_AS_DOUBLE(value.ptr()));
+  if (PyComplex_Check(value.ptr())) {
+    // A 0-d complex128 tensor: the tree has no complex leaf (Flax's ext 2
+    // reads back as one too).
+    const double parts[2] = {PyComplex_RealAsDouble(value.ptr()), PyComplex_ImagAsDouble(value.ptr())};
+    return Tree(Tensor::from_bytes(DType::kComplex128, {}, std::as_bytes(std::span(parts))));
+  }
   if (PyUnicode_Check(value.ptr())) {
     PyObject* utf8 = PyUnicode_AsEncodedString(value.ptr(), "utf-8", "surrogatepass");
     if (utf8 == nullptr) throw py::error_already_set();
@@ -330,6 +336,24 @@ Tree value_in(py::handle value, const std::string& name, size_t depth) {
     }
     return map;
   }
+  if (PyTuple_Check(value.ptr()) && !PyTuple_CheckExact(value.ptr())) {
+    // A NamedTuple (optax's states): a map by field name, as Flax's
+    // to_state_dict and ckpt.to_nest store it.
+    const py::object fields = py::getattr(py::type::handle_of(value), "_fields", py::none());
+    if (py::isinstance<py::tuple>(fields)) {
+      py::tuple items = py::reinterpret_borrow<py::tuple>(value);
+      py::tuple names = py::reinterpret_borrow<py::tuple>(fields);
+      if (names.size() != items.size()) type_error(name, value, "its _fields do not name its items");
+      Tree map = Tree::map();
+      map.reserve(names.size());
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (!PyUnicode_Check(names[i].ptr())) type_error(name, value, "its _fields are not strings");
+        const std::string field = py::str(names[i]);
+        map.set(field, value_in(items[i], join_name(name, field), depth + 1));
+      }
+      return map;
+    }
+  }
   if (PyList_Check(value.ptr()) || PyTuple_Check(value.ptr())) {
     Tree list = Tree::list();
     py::sequence sequence = py::reinterpret_borrow<py::sequence>(value);
@@ -357,8 +381,8 @@ Tree value_in(py::handle value, const std::string& name, size_t depth) {
     if (!f.numpy) numpy_dtype(DType::kFloat32);
     return Tree(tensor_from_numpy(f.numpy.attr("asarray")(value), name));
   }
-  type_error(name, value, "ckpt stores dicts, lists, tuples, numpy arrays, torch tensors, int, float, bool, "
-                          "str, bytes and None");
+  type_error(name, value, "ckpt stores dicts, lists, tuples, numpy arrays, torch tensors, int, float, complex, "
+                          "bool, str, bytes and None");
 }
 
 Metadata metadata_in(const py::object& metadata) {

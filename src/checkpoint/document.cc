@@ -155,6 +155,7 @@ Tree formats_document() {
     item.set("read", capabilities.read);
     item.set("write", capabilities.write);
     item.set("nested_tree", capabilities.nested_tree);
+    item.set("lists_and_int_keys", capabilities.lists_and_int_keys);
     item.set("checksums", capabilities.checksums);
     item.set("single_tensor", capabilities.single_tensor);
     item.set("metadata", capabilities.metadata);

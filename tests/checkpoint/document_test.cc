@@ -121,6 +121,7 @@ TEST(DocumentTest, FormatsFollowTheRegistry) {
     const Tree& item = list[i];
     EXPECT_EQ(item.at("id").string(), format.id());
     EXPECT_EQ(item.at("nested_tree").boolean(), caps.nested_tree);
+    EXPECT_EQ(item.at("lists_and_int_keys").boolean(), caps.lists_and_int_keys);
     EXPECT_EQ(item.at("metadata").boolean(), caps.metadata);
     EXPECT_EQ(item.at("shards").boolean(), caps.shards);
     EXPECT_EQ(item.at("single_tensor").boolean(), caps.single_tensor);

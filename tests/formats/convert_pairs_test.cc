@@ -8,6 +8,7 @@
 #include "ckpt/convert.h"
 #include "ckpt/registry.h"
 #include "support/random_tensor.h"
+#include "support/string_keyed.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -47,6 +48,43 @@ TEST_P(ConvertPairsTest, TensorsArriveBitExactUnderTheirNames) {
     ASSERT_NE(leaf, nullptr) << name << ": " << from->id() << " -> " << to->id();
     EXPECT_TRUE(leaf->tensor().equals(tree.at(name).tensor())) << name << ": " << from->id() << " -> " << to->id();
   }
+}
+
+// A torch optimizer's state (integer keys, lists, a tuple, None, scalars)
+// between formats that keep trees: it arrives whole, with lists and
+// integer keys where both formats keep them, else as Flax's to_state_dict
+// has them (maps keyed "0", "1", ..., keys as strings), names unchanged.
+TEST_P(ConvertPairsTest, OptimizerStatesArriveAsTheTargetKeepsLists) {
+  const auto [from, to] = GetParam();
+  if (!from->capabilities().nested_tree || !to->capabilities().nested_tree) GTEST_SKIP() << "tensors only";
+  testing::TempDir dir;
+  Tree tree = Tree::map();
+  Tree& state = tree.set("state", Tree::map());
+  for (int64_t i : {0, 1}) {
+    Tree& slot = state.set(i, Tree::map());
+    slot.set("step", random_tensor(DType::kFloat32, {}, 10 + static_cast<uint32_t>(i)));
+    slot.set("exp_avg", random_tensor(DType::kFloat32, {3, 2}, 20 + static_cast<uint32_t>(i)));
+  }
+  Tree group = Tree::map();
+  group.set("lr", 0.01);
+  Tree betas = Tree::list();
+  betas.push_back(0.9);
+  betas.push_back(0.999);
+  group.set("betas", betas);
+  group.set("foreach", Tree());
+  Tree params = Tree::list();
+  params.push_back(int64_t{0});
+  params.push_back(int64_t{1});
+  group.set("params", params);
+  Tree groups = Tree::list();
+  groups.push_back(group);
+  tree.set("param_groups", groups);
+  const auto src = path_for(dir.path(), *from, "src");
+  const auto dst = path_for(dir.path(), *to, "dst");
+  save(src, tree, {.format = std::string(from->id())});
+  convert(src, dst, {.save = {.format = std::string(to->id())}});
+  const bool keeps = from->capabilities().lists_and_int_keys && to->capabilities().lists_and_int_keys;
+  EXPECT_TRUE(load(dst) == (keeps ? tree : testing::string_keyed(tree))) << from->id() << " -> " << to->id();
 }
 
 std::vector<Pair> pairs() {

@@ -18,6 +18,7 @@
 #include "formats/flax/reader.h"
 #include "formats/flax/writer.h"
 #include "support/files.h"
+#include "support/string_keyed.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -33,6 +34,12 @@ std::span<const std::byte> as_bytes(const std::string& text) { return std::as_by
 template <size_t N>
 std::string literal(const char (&text)[N]) {
   return std::string(text, N - 1);
+}
+
+std::string from_hex(std::string_view hex) {
+  std::string bytes;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) bytes.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  return bytes;
 }
 
 Tensor iota(DType dtype, Shape shape) {
@@ -59,7 +66,8 @@ TEST_F(FlaxTest, WritesFlaxsExactBytes) {
   EXPECT_EQ(save_bytes(tree), literal("\x81\xa1" "a\xd8\x01\x93\x91\x06\xa4int8\xc4\x06\x00\x01\x02\x03\x04\x05"));
 }
 
-// msgpack_serialize({'b': [1, -33, 2**40, None, True, 1.5, 'x', b'y']}).
+// to_bytes({'b': [1, -33, 2**40, None, True, 1.5, 'x', b'y']}), printed by
+// flax 0.12.8: the list is a map keyed "0".."7" (_list_state_dict).
 TEST_F(FlaxTest, WritesLeavesWithTheSmallestEncodings) {
   Tree list = Tree::list();
   for (Tree leaf : {Tree(int64_t{1}), Tree(int64_t{-33}), Tree(int64_t{1} << 40), Tree(), Tree(true), Tree(1.5),
@@ -68,9 +76,8 @@ TEST_F(FlaxTest, WritesLeavesWithTheSmallestEncodings) {
   }
   Tree tree = Tree::map();
   tree.set("b", list);
-  const std::string expected = literal("\x81\xa1\x62\x98\x01\xd0\xdf\xcf\x00\x00\x01\x00\x00\x00\x00\x00\xc0\xc3\xcb?"
-                                       "\xf8\x00\x00\x00\x00\x00\x00\xa1x\xc4\x01y");
-  EXPECT_EQ(save_bytes(tree), expected);
+  EXPECT_EQ(save_bytes(tree),
+            from_hex("81a16288a13001a131d0dfa132cf0000010000000000a133c0a134c3a135cb3ff8000000000000a136a178a137c40179"));
 }
 
 TEST(FlaxEncoding, IntegerBoundariesAsMsgpackPythonPacksThem) {
@@ -120,7 +127,12 @@ TEST_P(FlaxSampleTest, ReadsTheSampleAndReencodesItByteForByte) {
 
 INSTANTIATE_TEST_SUITE_P(Samples, FlaxSampleTest, ::testing::Values("flax-map", "flax-depth"));
 
-TEST_F(FlaxTest, ListsAndIntegerKeysRoundTrip) {
+// Lists (and tuples) are maps keyed "0".."n-1", integer keys their decimal
+// strings, empty lists empty maps: to_bytes({"opt": [{-4: np.arange(8,
+// dtype=np.uint8).view(np.float32)}, "é"], "e": [], "t": ()}), printed by
+// flax 0.12.8. What loads back is that state dict, as msgpack_restore
+// gives it.
+TEST_F(FlaxTest, ListsAndIntegerKeysAreWrittenAsFlaxsStateDict) {
   Tree per_param = Tree::map();
   per_param.set(int64_t{-4}, iota(DType::kFloat32, {2}));
   Tree list = Tree::list();
@@ -128,9 +140,35 @@ TEST_F(FlaxTest, ListsAndIntegerKeysRoundTrip) {
   list.push_back(std::string("é"));
   Tree tree = Tree::map();
   tree.set("opt", list);
+  tree.set("e", Tree::list());
+  tree.set("t", Tree::list());
+  EXPECT_EQ(save_bytes(tree),
+            from_hex("83a36f707482a13081a22d34c71501939102a7666c6f61743332c4080001020304050607a131a2c3a9a16580a17480"));
   save(dir_ / "t.msgpack", tree);
   EXPECT_EQ(detect(dir_ / "t.msgpack").id(), "flax");
-  EXPECT_TRUE(load(dir_ / "t.msgpack") == tree);
+  const Tree loaded = load(dir_ / "t.msgpack");
+  EXPECT_TRUE(loaded == testing::string_keyed(tree));
+  EXPECT_TRUE(loaded.at("opt").is_map());
+  EXPECT_NE(loaded.at("opt.0").find(std::string("-4")), nullptr);
+  // A root list is a map too, so the file is detected by content.
+  save(dir_ / "root", list, {.format = "flax"});
+  EXPECT_EQ(detect(dir_ / "root").id(), "flax");
+}
+
+// {1: a, "1": b}: flax's _dict_state_dict refuses keys that meet as strings.
+TEST_F(FlaxTest, IntegerAndStringKeysThatMeetAsStringsAreRefused) {
+  Tree tree = Tree::map();
+  Tree& inner = tree.set("state", Tree::map());
+  inner.set(int64_t{1}, iota(DType::kInt8, {1}));
+  inner.set(std::string("1"), iota(DType::kInt8, {1}));
+  try {
+    save(dir_ / "k.msgpack", tree);
+    ADD_FAILURE() << "saved";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kUnsupported);
+    EXPECT_EQ(error.context().entry, "state.1") << error.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "k.msgpack"));
 }
 
 TEST_F(FlaxTest, LargeArraysAreChunkedAsFlaxChunksThem) {
@@ -149,17 +187,13 @@ TEST_F(FlaxTest, LargeArraysAreChunkedAsFlaxChunksThem) {
   // Re-encoding with the same limit gives the same bytes.
   flax_detail::write_file(dir_ / "again", contents.tree, {}, 16);
   EXPECT_EQ(testing::read_file(dir_ / "again"), bytes);
-  // A list's items are not chunked (msgpack_restore only unchunks map values).
+  // A list's items are chunked too: to_state_dict made the list a map,
+  // which _chunk_array_leaves_in_place recurses into.
   Tree in_list = Tree::list();
   in_list.push_back(big);
   flax_detail::write_file(dir_ / "list", in_list, {}, 16);
-  EXPECT_EQ(testing::read_file(dir_ / "list").find("__msgpack"), std::string::npos);
-}
-
-std::string from_hex(std::string_view hex) {
-  std::string bytes;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) bytes.push_back(static_cast<char>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
-  return bytes;
+  EXPECT_NE(testing::read_file(dir_ / "list").find("__msgpack"), std::string::npos);
+  EXPECT_TRUE(flax_format().read(dir_ / "list", {}).tree.at("0").tensor().equals(big));
 }
 
 Tensor arange(DType dtype, Shape shape) {
@@ -178,8 +212,8 @@ Tensor arange(DType dtype, Shape shape) {
 }
 
 // Files flax 0.12.8 wrote with flax.serialization.MAX_CHUNK_SIZE lowered:
-// msgpack_serialize(tree, in_place=True).hex(). ckpt writes the same bytes
-// with the same chunk size and reads every array back whole.
+// to_bytes(tree).hex(). ckpt writes the same bytes with the same chunk size
+// and reads every array back whole (lists as the maps to_bytes made them).
 TEST_F(FlaxTest, ChunkedArraysAreFlaxsBytesAtASmallChunkSize) {
   struct Case {
     const char* name;
@@ -197,8 +231,9 @@ TEST_F(FlaxTest, ChunkedArraysAreFlaxsBytesAtASmallChunkSize) {
   complex_scalar.set("z", Tensor::from_bytes(DType::kComplex128, {}, std::as_bytes(std::span(parts))));
   // {"params": {"dense": {"kernel": arange(10, uint8).reshape(2, 5)}},
   //  "list": [arange(10, uint8), {"inner": arange(10, uint8)}], "small": arange(4, uint8)},
-  // MAX_CHUNK_SIZE 4: the kernel is chunked 4 + 4 + 2; arrays in a list,
-  // and in a map inside a list, are not; 4 bytes are not more than 4.
+  // MAX_CHUNK_SIZE 4: the kernel and the arrays in the list (a map keyed
+  // "0", "1" in the state dict) are chunked 4 + 4 + 2; 4 bytes are not more
+  // than 4.
   Tree nested = Tree::map();
   nested.set("params", Tree::map()).set("dense", Tree::map()).set("kernel", arange(DType::kUInt8, {2, 5}));
   Tree list = Tree::list();
@@ -224,9 +259,12 @@ TEST_F(FlaxTest, ChunkedArraysAreFlaxsBytesAtASmallChunkSize) {
       {"nested", nested, 4,
        "83a6706172616d7381a564656e736581a66b65726e656c83b95f5f6d73677061636b5f6368756e6b65645f61727261795f5fc3a5"
        "736861706582a13002a13105a66368756e6b7383a130c70f01939104a575696e7438c40400010203a131c70f01939104a575696e"
-       "7438c40404050607a132c70d01939102a575696e7438c4020809a46c69737492c7150193910aa575696e7438c40a000102030405"
-       "0607080981a5696e6e6572c7150193910aa575696e7438c40a00010203040506070809a5736d616c6cc70f01939104a575696e74"
-       "38c40400010203"},
+       "7438c40404050607a132c70d01939102a575696e7438c4020809a46c69737482a13083b95f5f6d73677061636b5f6368756e6b65"
+       "645f61727261795f5fc3a5736861706581a1300aa66368756e6b7383a130c70f01939104a575696e7438c40400010203a131c70f"
+       "01939104a575696e7438c40404050607a132c70d01939102a575696e7438c4020809a13181a5696e6e657283b95f5f6d73677061"
+       "636b5f6368756e6b65645f61727261795f5fc3a5736861706581a1300aa66368756e6b7383a130c70f01939104a575696e7438c4"
+       "0400010203a131c70f01939104a575696e7438c40404050607a132c70d01939102a575696e7438c4020809a5736d616c6cc70f01"
+       "939104a575696e7438c40400010203"},
   };
   for (const Case& test : cases) {
     SCOPED_TRACE(test.name);
@@ -237,12 +275,12 @@ TEST_F(FlaxTest, ChunkedArraysAreFlaxsBytesAtASmallChunkSize) {
     // Flax's file reads back as the tree, every chunked array one tensor.
     testing::write_file(dir_ / "flax", flax_bytes);
     const Contents contents = flax_format().read(dir_ / "flax", {});
-    EXPECT_TRUE(contents.tree == test.tree);
+    EXPECT_TRUE(contents.tree == testing::string_keyed(test.tree));
     EXPECT_EQ(contents.entries.size(), test.tree.tensor_leaves().size());
     // Re-encoded at flax's default chunk size, nothing this small is chunked.
     flax_detail::write_file(dir_ / "whole", contents.tree, {});
     EXPECT_EQ(testing::read_file(dir_ / "whole").find("__msgpack_chunked_array__"), std::string::npos);
-    EXPECT_TRUE(load(dir_ / "whole", {.format = "flax"}) == test.tree);
+    EXPECT_TRUE(load(dir_ / "whole", {.format = "flax"}) == testing::string_keyed(test.tree));
   }
 }
 
@@ -258,9 +296,9 @@ Tensor patterned(DType dtype, Shape shape) {
 }
 
 // The peer: flax 0.12.8 from the project's .venv, with MAX_CHUNK_SIZE set
-// as the file name says, serializes the same tree (byte-identical to ckpt's
-// file?) and msgpack_restore()s ckpt's file (every array equal?). Exit 77:
-// no flax to run.
+// as the file name says, serializes the same tree with to_bytes
+// (byte-identical to ckpt's file?) and msgpack_restore()s ckpt's file (its
+// state dict, every array equal?). Exit 77: no flax to run.
 constexpr std::string_view kFlaxChunkedPeer = R"(
 import pathlib, sys
 try:
@@ -298,9 +336,9 @@ failures = []
 for path in sorted(pathlib.Path(sys.argv[1]).glob("chunked-*")):
     fs.MAX_CHUNK_SIZE = int(path.name.split("-")[1])
     data = path.read_bytes()
-    if data != fs.msgpack_serialize(tree(), in_place=True):
+    if data != fs.to_bytes(tree()):
         failures.append(f"{path.name}: flax writes other bytes")
-    restored, expected = flat(fs.msgpack_restore(data)), flat(tree())
+    restored, expected = flat(fs.msgpack_restore(data)), flat(fs.to_state_dict(tree()))
     if sorted(restored) != sorted(expected):
         failures.append(f"{path.name}: leaves {sorted(restored)}")
         continue
@@ -334,14 +372,14 @@ TEST_F(FlaxTest, ChunkedFilesAreFlaxsBytesAndRestoreInFlax) {
   tree.set("list", list);
   tree.set("z", patterned(DType::kComplex128, {}));
   tree.set("step", int64_t{7});
-  // 64 bytes: some arrays chunked; 8: every array but those in the list,
+  // 64 bytes: some arrays chunked (those in the list too); 8: every array,
   // the complex scalar one element per chunk.
   const auto files = dir_ / "files";
   std::filesystem::create_directories(files);
   for (uint64_t size : {64, 8}) {
     const auto path = files / ("chunked-" + std::to_string(size));
     flax_detail::write_file(path, tree, {}, size);
-    EXPECT_TRUE(flax_format().read(path, {}).tree == tree);
+    EXPECT_TRUE(flax_format().read(path, {}).tree == testing::string_keyed(tree));
   }
   testing::write_file(dir_ / "peer.py", kFlaxChunkedPeer);
   const std::string command = python.string() + " " + (dir_ / "peer.py").string() + " " + files.string() + " > " +

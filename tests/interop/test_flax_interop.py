@@ -1,10 +1,14 @@
 """ckpt against real Flax (flax.serialization, flax.training.checkpoints), both directions."""
 
+from typing import Any, NamedTuple
+
 import ml_dtypes
 import numpy as np
 import pytest
 import safetensors.numpy
 import torch
+
+import ckpt
 
 from conftest import random_array, raw_safetensors, samples
 
@@ -145,14 +149,160 @@ def test_torch_files_convert_to_flax(tmp_path, run):
         assert np.array_equal(restored["model"][name], tensor.numpy()), name
 
 
-def test_lists_and_integer_keys_come_back_as_such(tmp_path, run):
-    torch.save({"state": {0: {"step": torch.tensor(1.0)}}, "groups": [{"lr": 0.1, "params": [0, 1]}]},
-               tmp_path / "opt.pt")
+def torch_to_numpy(value):
+    """A torch state dict as numpy, containers kept: what a Flax user hands to_bytes."""
+    if isinstance(value, torch.Tensor):
+        return value.numpy()
+    if isinstance(value, dict):
+        return {k: torch_to_numpy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(torch_to_numpy(v) for v in value)
+    return value
+
+
+def test_a_torch_optimizer_converts_to_what_flax_writes_for_its_state_dict(tmp_path, run):
+    # Integer keys (state), lists (param_groups, params), tuples (betas),
+    # None (foreach), 0-d tensors (step).
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(torch.ones(5, 4)).sum().backward()
+    optimizer.step()
+    state = optimizer.state_dict()
+    torch.save(state, tmp_path / "opt.pt")
     run("convert", tmp_path / "opt.pt", tmp_path / "opt.msgpack")
-    restored = flax.serialization.msgpack_restore((tmp_path / "opt.msgpack").read_bytes())
-    assert restored["groups"] == [{"lr": 0.1, "params": [0, 1]}]
-    assert list(restored["state"]) == [0]
-    assert restored["state"][0]["step"] == np.float32(1.0)
+    data = (tmp_path / "opt.msgpack").read_bytes()
+    assert data == flax.serialization.to_bytes(torch_to_numpy(state))
+    restored = flax.serialization.msgpack_restore(data)
+    assert list(restored["state"]) == ["0", "1", "2", "3"]  # as to_state_dict keys them
+    assert restored["param_groups"]["0"]["params"] == {"0": 0, "1": 1, "2": 2, "3": 3}
+    assert restored["param_groups"]["0"]["betas"] == {"0": 0.9, "1": 0.999}
+    np.testing.assert_array_equal(restored["state"]["1"]["exp_avg"], state["state"][1]["exp_avg"].numpy())
+    # ckpt reads back what msgpack_restore gives: maps keyed "0", "1", ...
+    loaded = ckpt.load(tmp_path / "opt.msgpack")
+    assert list(loaded["state"]) == ["0", "1", "2", "3"] and isinstance(loaded["param_groups"], dict)
+    assert flat(loaded).keys() == flat(restored).keys()
+
+
+def make_train_state(tx, seed=0):
+    model = MLP()
+    params = model.init(jax.random.PRNGKey(seed), jnp.ones((2, 5)))["params"]
+    return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+
+
+OPTIMIZERS = {
+    "adam": lambda: optax.adam(1e-3),
+    "clip_adamw": lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=1e-4)),
+    "sgd_momentum": lambda: optax.sgd(0.1, momentum=0.9),
+    "inject_hyperparams": lambda: optax.inject_hyperparams(optax.adam)(learning_rate=1e-3),
+}
+
+
+def leaves_equal(a, b):
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(
+        np.asarray(x).dtype == np.asarray(y).dtype and np.asarray(x).tobytes() == np.asarray(y).tobytes()
+        for x, y in zip(la, lb))
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_ckpt_saves_a_train_state_as_flaxs_to_bytes_and_flax_restores_it(tmp_path, run, optimizer):
+    state = make_train_state(OPTIMIZERS[optimizer]())
+    for _ in range(2):  # non-zero moments, step 2
+        state = state.apply_gradients(grads=jax.tree_util.tree_map(jnp.ones_like, state.params))
+    path = tmp_path / "checkpoint_2.msgpack"
+    ckpt.save(path, state)
+    data = path.read_bytes()
+    assert data == flax.serialization.to_bytes(state)
+    # Flax restores it into a fresh TrainState (other params, zero moments, step 0).
+    template = make_train_state(OPTIMIZERS[optimizer](), seed=1)
+    restored = flax.serialization.from_bytes(template, data)
+    assert restored.step == 2
+    assert type(restored.opt_state) is type(state.opt_state)
+    assert leaves_equal(restored.params, state.params) and leaves_equal(restored.opt_state, state.opt_state)
+    grads = jax.tree_util.tree_map(jnp.ones_like, state.params)
+    assert leaves_equal(restored.apply_gradients(grads=grads).params, state.apply_gradients(grads=grads).params)
+    # And ckpt restores it too: the target's tuples match the "0", "1" maps.
+    report = ckpt.restore(template, path)
+    assert report.ok, report.summary
+    assert type(report.tree) is type(state) and report.tree.step == 2
+    assert leaves_equal(report.tree.opt_state, state.opt_state) and leaves_equal(report.tree.params, state.params)
+    # A trip through safetensors (which keeps the tree) comes back as flax's bytes.
+    run("convert", path, tmp_path / "s.safetensors")
+    run("convert", tmp_path / "s.safetensors", tmp_path / "again.msgpack")
+    assert (tmp_path / "again.msgpack").read_bytes() == data
+
+
+def test_optax_states_inside_a_dict_are_written_by_field_name(tmp_path):
+    # No dataclass around them: the namedtuples reach the binding as they are.
+    state = make_train_state(optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3)))
+    nest = {"opt_state": state.opt_state, "step": 3, "params": state.params}
+    ckpt.save(tmp_path / "o.msgpack", nest)
+    assert (tmp_path / "o.msgpack").read_bytes() == flax.serialization.to_bytes(nest)
+    names = {t["name"] for t in ckpt.inspect(tmp_path / "o.msgpack")["tensors"]}
+    assert "opt_state.1.0.mu.Dense_0.kernel" in names  # chain: positions; ScaleByAdamState: fields
+
+
+class Moments(NamedTuple):
+    mu: Any
+    nu: Any
+
+
+def every_kind_state():
+    """Nested dicts, lists, tuples, NamedTuples, None, Python scalars of each
+    kind, and arrays of every dtype flax writes (numpy, ml_dtypes and jax)."""
+    return {
+        "arrays": {name: array_of(name, (3, 5), i) for i, name in enumerate(DTYPES)},
+        "zero_d": {name: array_of(name, (), 40 + i) for i, name in enumerate(DTYPES)},
+        "empty": np.zeros((0, 4), np.int32),
+        "strided": np.arange(24, dtype=np.int16).reshape(4, 6)[:, ::2],
+        "jax": {"f": jnp.arange(6, dtype=jnp.float32).reshape(2, 3), "bf16": jnp.ones(3, jnp.bfloat16),
+                "count": jnp.zeros([], jnp.int32)},
+        "scalars": {"int": 7, "neg": -300, "max": 2**63 - 1, "min": -2**63, "float": 0.1, "nan": float("nan"),
+                    "inf": float("-inf"), "neg_zero": -0.0, "true": True, "false": False, "none": None,
+                    "str": "héllo", "empty_str": "", "bytes": b"\x00\xff", "empty_bytes": b""},
+        "list": [1, [2.5, None], np.ones(2, np.float16), {"in": "list"}],
+        "tuple": (np.zeros(1, np.uint64), "x", ()),
+        "namedtuple": Moments(mu=np.ones(2, np.float32), nu=(np.zeros(1, np.int8),)),
+        "empty_list": [], "empty_tuple": (), "empty_dict": {}, "empty_state": optax.EmptyState(),
+        "int_keys": {0: np.ones(1), 7: "seven", -1: None},
+        "deep": {"a": {"b": {"c": [{"d": np.arange(3)}]}}},
+        "long": list(range(20)),
+    }
+
+
+def test_every_kind_of_state_is_written_as_flaxs_to_bytes(tmp_path):
+    state = every_kind_state()
+    ckpt.save(tmp_path / "x.msgpack", state)
+    data = (tmp_path / "x.msgpack").read_bytes()
+    assert data == flax.serialization.to_bytes(state)
+    # A list or tuple at the root too.
+    ckpt.save(tmp_path / "root.msgpack", [np.ones(2, np.float32), (1, "a")])
+    assert (tmp_path / "root.msgpack").read_bytes() == flax.serialization.to_bytes([np.ones(2, np.float32), (1, "a")])
+    # What loads back is msgpack_restore's state dict.
+    truth, loaded = flax.serialization.msgpack_restore(data), ckpt.load(tmp_path / "x.msgpack")
+    assert flat(loaded).keys() == flat(truth).keys()
+    assert loaded["tuple"]["2"] == {} and loaded["empty_list"] == {} and loaded["int_keys"]["-1"] is None
+    for name, value in flat(truth).items():
+        if isinstance(value, np.ndarray):
+            assert flat(loaded)[name].dtype == value.dtype and flat(loaded)[name].tobytes() == value.tobytes(), name
+        elif not (isinstance(value, float) and np.isnan(value)):
+            assert flat(loaded)[name] == value and type(flat(loaded)[name]) is type(value), name
+
+
+def test_numpy_and_complex_scalars_restore_in_flax_as_equal_values(tmp_path):
+    # The tree has no numpy-scalar or complex leaf: ckpt writes 0-d arrays
+    # (ext 1) where flax writes ext 3 (np.generic) and ext 2 (complex); every
+    # other byte is flax's, and from_bytes gives equal values.
+    state = {"f32": np.float32(1.5), "i64": np.int64(-3), "b": np.bool_(True), "bf16": ml_dtypes.bfloat16(2.0),
+             "c": complex(1.5, -2.0), "w": np.ones(2, np.float32)}
+    ckpt.save(tmp_path / "s.msgpack", state)
+    data = (tmp_path / "s.msgpack").read_bytes()
+    as_arrays = {k: np.asarray(v) for k, v in state.items()}
+    assert data == flax.serialization.to_bytes(as_arrays)
+    restored = flax.serialization.from_bytes(state, data)
+    for name, value in state.items():
+        assert np.asarray(restored[name]).dtype == np.asarray(value).dtype, name
+        assert np.asarray(restored[name]).tobytes() == np.asarray(value).tobytes(), name
 
 
 def test_chunked_arrays_are_read(tmp_path, run, monkeypatch):

@@ -689,12 +689,13 @@ def test_formats():
     formats = {f["id"]: f for f in ckpt.formats()}
     assert {"safetensors", "torch", "npz", "npy"} <= set(formats)
     for f in formats.values():
-        assert set(f) == {"id", "description", "extensions", "read", "write", "nested_tree", "checksums",
-                          "single_tensor", "metadata", "shards", "colliding_names", "ties", "file_per_tensor",
-                          "state_file", "dtypes"}
+        assert set(f) == {"id", "description", "extensions", "read", "write", "nested_tree", "lists_and_int_keys",
+                          "checksums", "single_tensor", "metadata", "shards", "colliding_names", "ties",
+                          "file_per_tensor", "state_file", "dtypes"}
         assert all(ext.startswith(".") for ext in f["extensions"]) and f["description"]
     assert ".safetensors" in formats["safetensors"]["extensions"] and ".pt" in formats["torch"]["extensions"]
     assert formats["safetensors"]["nested_tree"] is True and formats["npz"]["nested_tree"] is False
+    assert formats["torch"]["lists_and_int_keys"] is True and formats["flax"]["lists_and_int_keys"] is False
     assert formats["torch"]["metadata"] is True and formats["npz"]["metadata"] is False
     assert formats["tf"]["shards"] is True and formats["safetensors"]["shards"] is False
     assert "bfloat16" in formats["safetensors"]["dtypes"] and "bfloat16" not in formats["npz"]["dtypes"]

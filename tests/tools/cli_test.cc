@@ -510,6 +510,7 @@ TEST_F(CliTest, FormatsListsTheRegistry) {
     EXPECT_EQ(bool(entry["read"]), capabilities.read);
     EXPECT_EQ(bool(entry["write"]), capabilities.write);
     EXPECT_EQ(bool(entry["nested_tree"]), capabilities.nested_tree);
+    EXPECT_EQ(bool(entry["lists_and_int_keys"]), capabilities.lists_and_int_keys);
     EXPECT_EQ(bool(entry["checksums"]), capabilities.checksums);
     std::vector<std::string> extensions, dtypes;
     for (simdjson::dom::element e : simdjson::dom::array(entry["extensions"])) {

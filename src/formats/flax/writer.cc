@@ -1,5 +1,7 @@
-// Writing Flax msgpack files as flax.serialization.msgpack_serialize does:
-// the smallest encodings, insertion order, use_bin_type. The writer lays the
+// Writing Flax msgpack files as flax.serialization.to_bytes does:
+// to_state_dict's maps of string keys (lists as maps keyed "0".."n-1",
+// integer keys as their decimal strings), then msgpack_serialize's smallest
+// encodings, insertion order, use_bin_type. The writer lays the
 // whole file out first (the msgpack text around the array bytes), then
 // hands text and array bytes to AtomicFile::write_parallel as positioned
 // writes; array bytes are never copied into the text.
@@ -8,6 +10,8 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_set>
+#include <variant>
 #include <vector>
 
 #include "ckpt/error.h"
@@ -37,12 +41,9 @@ class Encoder {
     tied_to_ = options.extras ? detail::find_ties(leaves_) : std::vector<size_t>(leaves_.size(), detail::kNotTied);
   }
 
-  // Whether flax chunks the arrays of more than max_chunk_size_ bytes at a
-  // node: at the root and below it through maps only, never inside a list.
-  enum class Chunking { kAllowed, kNever };
-
-  // Appends `node`, at `depth` below the root.
-  void encode(const Tree& node, const std::string& name, Chunking chunking, size_t depth) {
+  // Appends `node`, at `depth` below the root, as to_bytes writes the state
+  // dict of the same Python value.
+  void encode(const Tree& node, const std::string& name, size_t depth) {
     if (depth > kMaxDepth) unsupported("tree nested deeper than " + std::to_string(kMaxDepth) + " levels", name);
     switch (node.kind()) {
       case Tree::Kind::kNone: return append_nil(text_);
@@ -57,30 +58,25 @@ class Encoder {
         append_bin_header(text_, node.bytes().data.size());
         text_ += node.bytes().data;
         return;
-      case Tree::Kind::kTensor: return tensor(node.tensor(), name, chunking);
+      case Tree::Kind::kTensor: return tensor(node.tensor(), name);
       case Tree::Kind::kList:
-        // A Python list: msgpack_serialize writes it as an array (to_bytes
-        // turns lists into {"0": ..} maps first; those stay maps in ckpt).
-        append_array_header(text_, node.size());
+        // _list_state_dict: {str(i): x}, for lists and tuples alike.
+        append_map_header(text_, node.size());
         for (size_t i = 0; i < node.size(); ++i) {
-          encode(node.entries()[i].value, join_name(name, std::to_string(i)), Chunking::kNever, depth + 1);
+          const std::string key = std::to_string(i);
+          append_str(text_, key);
+          encode(node.entries()[i].value, join_name(name, key), depth + 1);
         }
         return;
       case Tree::Kind::kMap:
+        check_string_keys_unique(node, name);
         append_map_header(text_, node.size());
         for (const TreeEntry& entry : node.entries()) {
-          if (const auto* text = std::get_if<std::string>(&entry.key)) {
-            if (!detail::valid_utf8(*text)) {
-              unsupported("map key is not valid UTF-8 (msgpack str)", join_name(name, *text));
-            }
-            append_str(text_, *text);
-          } else {
-            append_int(text_, std::get<int64_t>(entry.key));  // msgpack_restore reads int keys back
-          }
-          // _chunk_array_leaves_in_place recurses into dicts only: a map
-          // inside a list keeps its arrays whole (msgpack_restore would not
-          // unchunk them there).
-          encode(entry.value, join_name(name, key_to_string(entry.key)), chunking, depth + 1);
+          // _dict_state_dict: {str(key): x}; an integer key is its decimal.
+          const std::string key = key_to_string(entry.key);
+          if (!detail::valid_utf8(key)) unsupported("map key is not valid UTF-8 (msgpack str)", join_name(name, key));
+          append_str(text_, key);
+          encode(entry.value, join_name(name, key), depth + 1);
         }
         return;
     }
@@ -94,7 +90,31 @@ class Encoder {
     if (size > 0xffffffffull) unsupported("a msgpack bin or ext holds at most 2^32 - 1 bytes", name);
   }
 
-  void tensor(const Tensor& tensor, const std::string& name, Chunking chunking) {
+  // A map with integer keys must not get one key twice as strings ({1: a,
+  // "1": b}): _dict_state_dict refuses it too ("Dict keys do not have a
+  // unique string representation").
+  static void check_string_keys_unique(const Tree& map, const std::string& name) {
+    const auto& entries = map.entries();
+    if (std::none_of(entries.begin(), entries.end(),
+                     [](const TreeEntry& entry) { return std::holds_alternative<int64_t>(entry.key); })) {
+      return;
+    }
+    std::unordered_set<std::string> seen;
+    seen.reserve(entries.size());
+    for (const TreeEntry& entry : entries) {
+      std::string key = key_to_string(entry.key);
+      if (!seen.insert(key).second) {
+        unsupported("the integer key and the string key '" + key +
+                        "' would be one msgpack key (Flax writes keys as strings)",
+                    join_name(name, key));
+      }
+    }
+  }
+
+  // A tensor of more than max_chunk_size_ bytes is chunked wherever it is:
+  // every container of a state dict is a dict, which
+  // _chunk_array_leaves_in_place recurses into.
+  void tensor(const Tensor& tensor, const std::string& name) {
     const size_t index = tensor_index_++;
     if (!tensor.has_data()) unsupported("tensor has no data (a spec)", name);
     if (tied_to_[index] != detail::kNotTied) {
@@ -105,7 +125,7 @@ class Encoder {
       return;
     }
     const size_t element = dtype_size(tensor.dtype());
-    if (tensor.nbytes() > max_chunk_size_ && chunking == Chunking::kAllowed) {
+    if (tensor.nbytes() > max_chunk_size_) {
       // _chunk: a map of marker, shape and flat chunks of max_chunk_size /
       // itemsize elements each.
       append_map_header(text_, 3);
@@ -159,7 +179,7 @@ class Encoder {
 void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options,
                 uint64_t max_chunk_size) {
   Encoder encoder(tree, options, max_chunk_size);
-  encoder.encode(tree, "", Encoder::Chunking::kAllowed, 0);
+  encoder.encode(tree, "", 0);
   const std::string& text = encoder.text();
   const auto text_bytes = std::as_bytes(std::span(text));
 

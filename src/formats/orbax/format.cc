@@ -20,7 +20,8 @@ class OrbaxFormat final : public Format {
   }
   std::vector<std::string_view> extensions() const override { return {}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = orbax_detail::kWriterReady, .nested_tree = true, .file_per_tensor = true};
+    return {.read = true, .write = orbax_detail::kWriterReady, .nested_tree = true, .lists_and_int_keys = true,
+            .file_per_tensor = true};
   }
   std::vector<DType> dtypes() const override { return detail::numpy_and_ml_dtypes(); }
 

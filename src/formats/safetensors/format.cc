@@ -22,6 +22,7 @@ class SafetensorsFormat final : public Format {
     return {.read = true,
             .write = true,
             .nested_tree = true,
+            .lists_and_int_keys = true,
             .checksums = true,
             .single_tensor = false,
             .metadata = true,

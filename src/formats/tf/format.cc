@@ -24,7 +24,7 @@ class TfFormat final : public Format {
   FormatCapabilities capabilities() const override {
     // Any tree with extras (the skeleton in the header); without extras
     // nested maps of tensors, bytes and strings only.
-    return {.read = true, .write = true, .nested_tree = true, .checksums = true, .single_tensor = false,
+    return {.read = true, .write = true, .nested_tree = true, .lists_and_int_keys = true, .checksums = true, .single_tensor = false,
             .metadata = false, .shards = true, .colliding_names = true, .ties = true, .state_file = true};
   }
   std::vector<DType> dtypes() const override {

@@ -14,7 +14,7 @@ class TorchFormat final : public Format {
   std::string_view description() const override { return "PyTorch torch.save (.pt/.pth/.bin/.ckpt; zip and legacy)"; }
   std::vector<std::string_view> extensions() const override { return {".pt", ".pth", ".bin", ".ckpt"}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = true, .nested_tree = true, .checksums = true, .metadata = true,
+    return {.read = true, .write = true, .nested_tree = true, .lists_and_int_keys = true, .checksums = true, .metadata = true,
             .colliding_names = true, .ties = true};
   }
   std::vector<DType> dtypes() const override {
