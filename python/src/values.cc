@@ -340,16 +340,16 @@ Tree value_in(py::handle value, const std::string& name, size_t depth) {
     // A NamedTuple (optax's states): a map by field name, as Flax's
     // to_state_dict and ckpt.to_nest store it.
     const py::object fields = py::getattr(py::type::handle_of(value), "_fields", py::none());
-    if (py::isinstance<py::tuple>(fields)) {
-      py::tuple items = py::reinterpret_borrow<py::tuple>(value);
-      py::tuple names = py::reinterpret_borrow<py::tuple>(fields);
-      if (names.size() != items.size()) type_error(name, value, "its _fields do not name its items");
+    if (PyTuple_Check(fields.ptr())) {
+      const py::ssize_t count = PyTuple_GET_SIZE(fields.ptr());
+      if (count != PyTuple_GET_SIZE(value.ptr())) type_error(name, value, "its _fields do not name its items");
       Tree map = Tree::map();
-      map.reserve(names.size());
-      for (size_t i = 0; i < names.size(); ++i) {
-        if (!PyUnicode_Check(names[i].ptr())) type_error(name, value, "its _fields are not strings");
-        const std::string field = py::str(names[i]);
-        map.set(field, value_in(items[i], join_name(name, field), depth + 1));
+      map.reserve(static_cast<size_t>(count));
+      for (py::ssize_t i = 0; i < count; ++i) {
+        const py::handle field_name(PyTuple_GET_ITEM(fields.ptr(), i));
+        if (!PyUnicode_Check(field_name.ptr())) type_error(name, value, "its _fields are not strings");
+        const std::string field = py::str(field_name);
+        map.set(field, value_in(py::handle(PyTuple_GET_ITEM(value.ptr(), i)), join_name(name, field), depth + 1));
       }
       return map;
     }

@@ -339,6 +339,39 @@ TEST(RestoreTest, RawRestoreGivesTheSourceRenamedAndFiltered) {
   EXPECT_EQ(report.restored, (Names{"layers.1.b"}));  // the name survives the dropped item
 }
 
+// A Flax file keeps no lists (lists_and_int_keys is false there): a
+// TrainState's opt_state tuple and a torch optimizer's integer keys come
+// back as maps of string keys, and they fill a target that has the lists
+// and integer keys, which keeps its own structure.
+TEST(RestoreTest, ATargetsListsAndIntegerKeysMatchStringKeyedMaps) {
+  Tree target = Tree::map();
+  target.set("step", Tree(int64_t{0}));
+  Tree& opt_state = target.set("opt_state", Tree::list());
+  Tree& adam = opt_state.push_back(Tree::map());
+  adam.set("count", filled({}, 0.0f));
+  adam.set("mu", Tree::map()).set("w", filled({2}, 0.0f));
+  opt_state.push_back(Tree::map());  // optax.EmptyState(): no leaves
+  target.set("state", Tree::map()).set(int64_t{3}, filled({1}, 0.0f));
+
+  Tree source = Tree::map();
+  source.set("step", Tree(int64_t{2}));
+  Tree& saved = source.set("opt_state", Tree::map());
+  Tree& saved_adam = saved.set("0", Tree::map());
+  saved_adam.set("count", filled({}, 2.0f));
+  saved_adam.set("mu", Tree::map()).set("w", filled({2}, 5.0f));
+  saved.set("1", Tree::map());
+  source.set("state", Tree::map()).set("3", filled({1}, 7.0f));
+
+  const RestoreReport report = restore(target, source);
+  EXPECT_TRUE(report.ok()) << report.summary();
+  EXPECT_EQ(report.restored, (Names{"step", "opt_state.0.count", "opt_state.0.mu.w", "state.3"}));
+  ASSERT_TRUE(report.tree.at("opt_state").is_list());
+  EXPECT_EQ(report.tree.at("opt_state").size(), 2u);
+  EXPECT_EQ(first(report.tree.at("opt_state.0.mu.w")), 5.0f);
+  ASSERT_NE(report.tree.at("state").find(int64_t{3}), nullptr);
+  EXPECT_EQ(first(*report.tree.at("state").find(int64_t{3})), 7.0f);
+}
+
 // ---------------------------------------------------------------- defaults: the rules
 
 TEST(RestoreTest, AFactoryDefaultIsMadeOnceWhenFirstNeededAndNeverOtherwise) {
