@@ -204,17 +204,24 @@ def leaves_equal(a, b):
         for x, y in zip(la, lb))
 
 
+def trained_state(optimizer, seed, steps):
+    state = make_train_state(OPTIMIZERS[optimizer](), seed)
+    for _ in range(steps):
+        state = state.apply_gradients(grads=jax.tree_util.tree_map(jnp.ones_like, state.params))
+    return state
+
+
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_ckpt_saves_a_train_state_as_flaxs_to_bytes_and_flax_restores_it(tmp_path, run, optimizer):
-    state = make_train_state(OPTIMIZERS[optimizer]())
-    for _ in range(2):  # non-zero moments, step 2
-        state = state.apply_gradients(grads=jax.tree_util.tree_map(jnp.ones_like, state.params))
+    state = trained_state(optimizer, seed=0, steps=2)  # non-zero moments, step 2
     path = tmp_path / "checkpoint_2.msgpack"
     ckpt.save(path, state)
     data = path.read_bytes()
     assert data == flax.serialization.to_bytes(state)
-    # Flax restores it into a fresh TrainState (other params, zero moments, step 0).
-    template = make_train_state(OPTIMIZERS[optimizer](), seed=1)
+    # Flax restores it into another TrainState of the same structure and
+    # dtypes (inject_hyperparams' moments of bfloat16 params become float32
+    # after a step): other params and moments, step 1.
+    template = trained_state(optimizer, seed=1, steps=1)
     restored = flax.serialization.from_bytes(template, data)
     assert restored.step == 2
     assert type(restored.opt_state) is type(state.opt_state)
