@@ -135,15 +135,22 @@ TEST_P(ConformanceTest, NestedTreesWithEveryLeafKind) {
   }
 }
 
-// An integer key and a string key that print the same: kept apart where
-// the format keeps integer keys, refused where it writes keys as strings.
+// An integer key and a string key that print the same are never merged:
+// where the format keeps integer keys they come back apart (or the save is
+// refused, as TF bundles and Orbax, which key leaves by printed names, do);
+// where it writes keys as strings the save is refused.
 TEST_P(ConformanceTest, IntegerAndStringKeysThatPrintTheSame) {
   if (!caps().write || !caps().nested_tree) GTEST_SKIP() << "format holds flat tensor maps only";
   Tree tree = Tree::map();
   tree.set(int64_t{1}, random_tensor(DType::kFloat32, {2}, 1));
   tree.set(std::string("1"), random_tensor(DType::kFloat32, {2}, 2));
   if (caps().lists_and_int_keys) {
-    if (caps().colliding_names) round_trip(tree);
+    try {
+      save(file("x"), tree, {.format = std::string(format().id())});
+    } catch (const Error& error) {
+      GTEST_SKIP() << format().id() << " refuses the two keys: " << error.what();
+    }
+    round_trip(tree);
     return;
   }
   try {
