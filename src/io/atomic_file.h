@@ -34,7 +34,12 @@ struct WriteSpan {
 class AtomicFile {
  public:
   // Creates the temporary file "<dir>/.<name>.ckpt-tmp-<random>"
-  // (io/file_system.h temporary_sibling).
+  // (io/file_system.h temporary_sibling) and holds the writer's lock on it
+  // (claim_temporary) until commit() or destruction. First removes the
+  // temporaries of `final_path` that belong to no live writer (what killed
+  // saves left: remove_abandoned_temporaries), unless `final_path` lies in a
+  // temporary directory, which is new and its writer's alone (an
+  // AtomicDirectory being filled: nothing to clean, and thousands of files).
   // Throws Error{kNotFound} if the directory does not exist, {kIo} otherwise.
   AtomicFile(std::filesystem::path final_path, AtomicFileOptions options = {});
   AtomicFile(const AtomicFile&) = delete;
@@ -57,7 +62,12 @@ class AtomicFile {
   // fsync (if asked) and close the file, keeping it under its temporary
   // name: for writers of many files, which would otherwise hold one
   // descriptor per file until the last is committed. No write may follow;
-  // commit() then only renames. Throws Error{kIo} naming the final path.
+  // commit() then only renames. The lock stays held by a duplicate
+  // descriptor for the first kSealedLocks sealed files alive in the process;
+  // beyond that a sealed temporary is unlocked until its commit, and a
+  // concurrent writer of the same target may remove it (this commit then
+  // fails with an Error; nothing committed is lost). Throws Error{kIo}
+  // naming the final path.
   void seal();
   // fsync (if asked; done already if sealed), rename onto the final path,
   // fsync the directory.
@@ -66,12 +76,18 @@ class AtomicFile {
   const std::filesystem::path& final_path() const { return final_path_; }
   const std::filesystem::path& temp_path() const { return temp_path_; }
 
+  // How many sealed files at once keep their temporary locked (one
+  // descriptor each).
+  static constexpr int kSealedLocks = 256;
+
  private:
   void abandon() noexcept;
+  void release_lock() noexcept;
   std::filesystem::path final_path_;
   std::filesystem::path temp_path_;
   AtomicFileOptions options_;
   int fd_ = -1;
+  int sealed_lock_fd_ = -1;  // a duplicate of fd_ after seal(): holds the lock
   bool sealed_ = false;
   bool committed_ = false;
 };
