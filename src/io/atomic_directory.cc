@@ -55,11 +55,12 @@ AtomicDirectory::AtomicDirectory(fs::path final_path, AtomicDirectoryOptions opt
   if (final_path_.filename().empty()) {
     throw Error(ErrorCode::kInvalidArgument, "not a directory path (it has no name)", {.path = final_path_});
   }
-  if (!is_temporary_name(final_path_.parent_path().filename().string())) remove_abandoned_temporaries(final_path_);
+  remove_abandoned_temporaries(final_path_);
   for (int attempt = 0; attempt < 16; ++attempt) {
     const fs::path candidate = temporary_sibling(final_path_);
     if (::mkdir(candidate.c_str(), 0755) == 0) {
       const int fd = open_directory(candidate);
+      if (fd < 0 && errno == ENOENT) continue;  // a cleaner took it before the lock: draw another name
       if (fd < 0) {
         const int failure = errno;
         ::rmdir(candidate.c_str());

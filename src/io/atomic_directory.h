@@ -32,8 +32,7 @@ class AtomicDirectory {
   // (io/file_system.h temporary_sibling) beside `final_path`, and holds the
   // writer's lock on it (flock on the directory, claim_temporary) until
   // commit() or destruction. First removes the temporaries of `final_path`
-  // that belong to no live writer (remove_abandoned_temporaries), unless its
-  // parent is itself a temporary directory.
+  // that belong to no live writer (remove_abandoned_temporaries).
   // Throws Error{kInvalidArgument} if `final_path` has no file name,
   // {kNotFound} if its parent does not exist, {kIo} naming `final_path` if
   // the directory cannot be created.

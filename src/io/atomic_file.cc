@@ -31,12 +31,6 @@ std::atomic<int64_t> g_fault_budget{-1};
 // Sealed files whose lock is held by a duplicate descriptor.
 std::atomic<int> g_sealed_locks{0};
 
-// True if `path`'s directory is itself a temporary (an AtomicDirectory being
-// filled): no abandoned temporaries can be in it.
-bool inside_temporary(const std::filesystem::path& path) {
-  return is_temporary_name(path.parent_path().filename().string());
-}
-
 // Consumes `bytes` of the injected-fault budget; true if this write must fail.
 bool fault_injected(size_t bytes) {
   int64_t budget = g_fault_budget.load();
@@ -59,7 +53,7 @@ AtomicFile::AtomicFile(std::filesystem::path final_path, AtomicFileOptions optio
   if (final_path_.filename().empty()) {
     throw Error(ErrorCode::kInvalidArgument, "not a file path", {.path = final_path_});
   }
-  if (!inside_temporary(final_path_)) remove_abandoned_temporaries(final_path_);
+  remove_abandoned_temporaries(final_path_);
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
     temp_path_ = temporary_sibling(final_path_);
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

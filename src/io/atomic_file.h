@@ -37,9 +37,8 @@ class AtomicFile {
   // (io/file_system.h temporary_sibling) and holds the writer's lock on it
   // (claim_temporary) until commit() or destruction. First removes the
   // temporaries of `final_path` that belong to no live writer (what killed
-  // saves left: remove_abandoned_temporaries), unless `final_path` lies in a
-  // temporary directory, which is new and its writer's alone (an
-  // AtomicDirectory being filled: nothing to clean, and thousands of files).
+  // saves left: remove_abandoned_temporaries; nothing inside a temporary
+  // directory).
   // Throws Error{kNotFound} if the directory does not exist, {kIo} otherwise.
   AtomicFile(std::filesystem::path final_path, AtomicFileOptions options = {});
   AtomicFile(const AtomicFile&) = delete;

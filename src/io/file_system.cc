@@ -144,6 +144,7 @@ size_t remove_abandoned_temporaries(const std::filesystem::path& final_path) noe
     const std::string name = final_path.filename().string();
     if (name.empty()) return 0;
     const std::filesystem::path directory = final_path.parent_path();
+    if (is_temporary_name(directory.filename().string())) return 0;
     DIR* listing = ::opendir(directory.empty() ? "." : directory.c_str());
     if (listing == nullptr) return 0;
     std::vector<std::string> candidates;

@@ -72,8 +72,11 @@ Claim claim_temporary(int fd, const std::filesystem::path& path) noexcept;
 // ".<name>.ckpt-old-<16 hex>" (aside_sibling) likewise, but only while
 // something is at `final_path`. Never touches a temporary that is in use, one
 // of another target, or one whose liveness cannot be told (a lock refused for
-// any reason). Returns how many it removed. Never throws; a missing or
-// unreadable directory has none.
+// any reason). Does nothing when `final_path`'s directory is itself a
+// temporary: new, and its writer's alone (an AtomicDirectory being filled,
+// where listing it once per file of thousands would cost their square).
+// Returns how many it removed. Never throws; a missing or unreadable
+// directory has none.
 size_t remove_abandoned_temporaries(const std::filesystem::path& final_path) noexcept;
 
 }  // namespace ckpt::detail

@@ -123,8 +123,11 @@ TEST(AbandonedTemporariesTest, KilledWritersFileIsRemovedByTheNextWriter) {
   testing::TempDir dir;
   write_file(dir / "model.pt", "committed");
   leave_killed_file(dir / "model.pt");
+  ASSERT_EQ(temporaries(dir.path()).size(), 1u) << "a killed writer leaves its temporary";
+  const std::string first = temporaries(dir.path())[0];
   leave_killed_file(dir / "model.pt");
-  ASSERT_EQ(temporaries(dir.path()).size(), 2u) << "each killed writer leaves its temporary";
+  ASSERT_EQ(temporaries(dir.path()).size(), 1u) << "killed writers' temporaries pile up";
+  EXPECT_NE(temporaries(dir.path())[0], first) << "the second writer removed the first one's";
   {
     AtomicFile file(dir / "model.pt");
     EXPECT_EQ(temporaries(dir.path()), std::vector<std::string>{file.temp_path().filename().string()})
