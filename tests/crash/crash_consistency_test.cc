@@ -14,6 +14,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -112,9 +113,16 @@ TEST_P(CrashConsistencyTest, RandomKillsLeaveAWholeCheckpoint) {
   RecordProperty("random_kills_survived", tally.survived);
 }
 
-// The positions (1-based, among the calls strace traces with `syscalls`) of
-// the calls of one save that touch `dir`: where a kill is worth trying.
-std::vector<int> calls_touching(const CrashTarget& target, const fs::path& dir, const std::string& syscalls) {
+// A system call of a save to kill at: the `occurrence`th call (1-based) of
+// `name`. strace counts each system call apart (when=K of `-e inject=NAME`).
+struct CallSite {
+  std::string name;
+  int occurrence = 0;
+};
+
+// The calls (of those in `syscalls`) that one save makes on `dir` or a file
+// in it: where a kill is worth trying.
+std::vector<CallSite> calls_touching(const CrashTarget& target, const fs::path& dir, const std::string& syscalls) {
   const fs::path trace = dir.parent_path() / (dir.filename().string() + ".trace");
   std::vector<std::string> argv = {"/usr/bin/strace", "-f", "-qq", "-y", "-o", trace.string(), "-e",
                                    "trace=" + syscalls};
@@ -122,22 +130,23 @@ std::vector<int> calls_touching(const CrashTarget& target, const fs::path& dir, 
   const ChildEnd end = run_child(argv);
   EXPECT_TRUE(end.exited && end.status == 0) << "the traced save failed";
   std::ifstream in(trace);
-  const std::regex call(R"(^\d+ +[a-z0-9_]+\()");
-  std::vector<int> positions;
-  int position = 0;
+  const std::regex call(R"(^\d+ +([a-z0-9_]+)\()");  // not "<... resumed>", exits or signals
+  std::vector<CallSite> sites;
+  std::map<std::string, int> seen;
   for (std::string line; std::getline(in, line);) {
-    if (!std::regex_search(line, call)) continue;  // "<... resumed>", exits, signals
-    ++position;
-    if (line.find(dir.string()) != std::string::npos) positions.push_back(position);
+    std::smatch match;
+    if (!std::regex_search(line, match, call)) continue;
+    const int occurrence = ++seen[match[1]];
+    if (line.find(dir.string()) != std::string::npos) sites.push_back({match[1], occurrence});
   }
   fs::remove(trace);
-  return positions;
+  return sites;
 }
 
-// A few of `positions` (first, last and some between), or all of them.
-std::vector<int> chosen(const std::vector<int>& positions, bool all) {
-  if (all || positions.size() <= 4) return positions;
-  return {positions[0], positions[positions.size() / 3], positions[2 * positions.size() / 3], positions.back()};
+// A few of `sites` (first, last and some between), or all of them.
+std::vector<CallSite> chosen(const std::vector<CallSite>& sites, bool all) {
+  if (all || sites.size() <= 4) return sites;
+  return {sites[0], sites[sites.size() / 3], sites[2 * sites.size() / 3], sites.back()};
 }
 
 TEST_P(CrashConsistencyTest, KillsAtChosenSystemCallsLeaveAWholeCheckpoint) {
@@ -155,13 +164,14 @@ TEST_P(CrashConsistencyTest, KillsAtChosenSystemCallsLeaveAWholeCheckpoint) {
   Tally tally;
   int64_t step = 1;
   for (const auto& [group, syscalls] : groups) {
-    const std::vector<int> positions = calls_touching(target, dir.path(), syscalls);
-    EXPECT_FALSE(positions.empty()) << target.format << ": a save makes no " << group << " call in its directory";
-    for (const int k : chosen(positions, all)) {
-      const std::string what = target.format + " killed at " + group + " call " + std::to_string(k);
+    const std::vector<CallSite> sites = calls_touching(target, dir.path(), syscalls);
+    EXPECT_FALSE(sites.empty()) << target.format << ": a save makes no " << group << " call in its directory";
+    for (const CallSite& site : chosen(sites, all)) {
+      const std::string what =
+          target.format + " killed at " + site.name + " call " + std::to_string(site.occurrence);
       std::vector<std::string> argv = {"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e",
-                                       "trace=" + syscalls, "-e",
-                                       "inject=" + syscalls + ":signal=KILL:when=" + std::to_string(k)};
+                                       "trace=" + site.name, "-e",
+                                       "inject=" + site.name + ":signal=KILL:when=" + std::to_string(site.occurrence)};
       for (std::string& arg : writer_command(target, dir.path(), ++step, 1, kSyscallElements, 1)) {
         argv.push_back(arg);
       }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct CrashTarget {
   std::string format;
   std::string name;
 };
+
+// For test names and messages: the format id.
+inline void PrintTo(const CrashTarget& target, std::ostream* out) { *out << target.format; }
 
 inline std::vector<CrashTarget> crash_targets() {
   return {{"safetensors", "model.safetensors"}, {"torch", "model.pt"}, {"npz", "model.npz"},
