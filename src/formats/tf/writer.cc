@@ -67,6 +67,7 @@ class Writer {
     std::vector<std::unique_ptr<detail::AtomicFile>> shards = write_shards(num_shards);
     detail::AtomicFile index(index_path(prefix_), {.fsync = options_.fsync});
     write_index(index, tree, num_shards);
+    index.seal();  // synced before any rename: the torn window is the renames alone
     for (auto& shard : shards) shard->commit();
     index.commit();
     // The new .index names none of the shards of an earlier bundle of
