@@ -183,7 +183,7 @@ void AtomicFile::seal() {
   if (::close(fd) != 0) throw_io(final_path_, "cannot close file", errno);
 }
 
-void AtomicFile::commit() {
+void AtomicFile::commit(const AtomicCommitOptions& commit_options) {
   if (committed_ || (fd_ < 0 && !sealed_)) {
     throw Error(ErrorCode::kInvalidArgument, "file already committed or abandoned", {.path = final_path_});
   }
@@ -191,7 +191,7 @@ void AtomicFile::commit() {
   if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) throw_io(final_path_, "cannot rename into place", errno);
   committed_ = true;
   release_lock();
-  if (options_.fsync) sync_directory(final_path_.parent_path(), final_path_);
+  if (options_.fsync && commit_options.sync_directory) sync_directory(final_path_.parent_path(), final_path_);
 }
 
 }  // namespace ckpt::detail

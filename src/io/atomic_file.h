@@ -22,6 +22,14 @@ struct AtomicFileOptions {
   bool fsync = true;
 };
 
+struct AtomicCommitOptions {
+  // Off: the rename is left for a later commit in the same directory to make
+  // durable (its directory fsync covers every rename before it), so that a
+  // writer of several files renames them back to back with no sync between
+  // (TF: the shards, then the .index, which syncs).
+  bool sync_directory = true;
+};
+
 // One positioned write: `bytes` go to `offset`. `on_chunk`, if set, sees each
 // piece of `bytes` in order just before it is written (for checksums while
 // the data is in cache).
@@ -69,8 +77,9 @@ class AtomicFile {
   // naming the final path.
   void seal();
   // fsync (if asked; done already if sealed), rename onto the final path,
-  // fsync the directory.
-  void commit();
+  // fsync the directory (if asked, and unless options.sync_directory is
+  // off).
+  void commit(const AtomicCommitOptions& options = {});
 
   const std::filesystem::path& final_path() const { return final_path_; }
   const std::filesystem::path& temp_path() const { return temp_path_; }

@@ -67,8 +67,12 @@ class Writer {
     std::vector<std::unique_ptr<detail::AtomicFile>> shards = write_shards(num_shards);
     detail::AtomicFile index(index_path(prefix_), {.fsync = options_.fsync});
     write_index(index, tree, num_shards);
-    index.seal();  // synced before any rename: the torn window is the renames alone
-    for (auto& shard : shards) shard->commit();
+    // The renames back to back, nothing synced between them (the index's
+    // commit syncs the directory for all): a kill between the shards' and
+    // the index's renames (old index, new data) has a window of a few
+    // renames, not of fsyncs.
+    index.seal();
+    for (auto& shard : shards) shard->commit({.sync_directory = false});
     index.commit();
     // The new .index names none of the shards of an earlier bundle of
     // another shard count at this prefix: remove them.
