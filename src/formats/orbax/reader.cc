@@ -16,6 +16,7 @@
 #include "formats/orbax/zarr.h"
 #include "formats/tree_json.h"
 #include "io/mapped_file.h"
+#include "io/stable_directory.h"
 
 namespace ckpt::orbax_detail {
 namespace {
@@ -267,13 +268,9 @@ bool detect_checkpoint(const fs::path& path) noexcept {
   }
 }
 
-Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
-  std::error_code error;
-  if (!fs::exists(path, error)) throw Error(ErrorCode::kNotFound, "no such file or directory", {.path = path});
-  if (!detect_checkpoint(path)) {
-    throw Error(ErrorCode::kUnsupported, "not an Orbax checkpoint directory (no _METADATA or _CHECKPOINT_METADATA)",
-                {.path = path});
-  }
+namespace {
+
+Contents read_checkpoint_once(const fs::path& path, const LoadOptions& options) {
   // A lazy open decodes nothing; verify and load-into-memory decode now.
   const bool defer = options.lazy && !options.verify;
   Contents contents;
@@ -310,6 +307,23 @@ Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
     contents.entries.push_back({.name = leaf.name, .dtype = tensor.dtype(), .shape = tensor.shape(),
                                 .nbytes = tensor.nbytes()});
   }
+  return contents;
+}
+
+}  // namespace
+
+Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
+  std::error_code error;
+  if (!fs::exists(path, error)) throw Error(ErrorCode::kNotFound, "no such file or directory", {.path = path});
+  if (!detect_checkpoint(path)) {
+    throw Error(ErrorCode::kUnsupported, "not an Orbax checkpoint directory (no _METADATA or _CHECKPOINT_METADATA)",
+                {.path = path});
+  }
+  // A save may replace the directory while its files are opened one by one:
+  // the contents are those of one directory, read again if it was replaced.
+  // Once read, the tree maps its files and needs the path no more.
+  Contents contents;
+  detail::read_stable_directory(path, [&] { contents = read_checkpoint_once(path, options); });
   return contents;
 }
 
