@@ -1,8 +1,9 @@
 // Threads: ckpt's own worker threads (the positioned writes and reads of
 // parallel_for, parallel casts) and a user's threads sharing one opened
 // checkpoint. Run as part of the normal suite, and under ThreadSanitizer by
-// `make test-tsan` (the ckpt_thread_tests binary), where a data race is a
-// failure even when the bytes come out right.
+// `make test-tsan` (the ckpt_thread_tests binary, with readers during saves
+// in readers_during_saves_test.cc), where a data race is a failure even when
+// the bytes come out right.
 
 #include <gtest/gtest.h>
 
@@ -99,40 +100,6 @@ TEST_P(ThreadsTest, ThreadsSharingOneLazyTreeReadTheSameBytes) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(equal.load(), kUserThreads);
-}
-
-// Readers while one thread overwrites the same path again and again see
-// whole checkpoints only: every load is one of the saved trees (saves are an
-// atomic rename; an open file or mapping keeps its own inode).
-TEST_P(ThreadsTest, ReadersDuringOverwritesSeeWholeCheckpoints) {
-  if (!format().capabilities().write) GTEST_SKIP() << "read-only format";
-  const std::vector<Tree> trees = {sample_tree(10, single()), sample_tree(20, single())};
-  const auto path = target(dir_, format());
-  const SaveOptions options{.format = std::string(format().id()), .fsync = false};
-  save(path, trees[0], options);
-  std::atomic<bool> done{false};
-  std::atomic<int> loads{0}, whole{0}, refused{0};
-  std::vector<std::thread> readers;
-  for (int t = 0; t < 2; ++t) {
-    readers.emplace_back([&] {
-      while (!done.load()) {
-        try {
-          const Tree loaded = load(path, {.lazy = false});
-          ++loads;
-          if (loaded == trees[0] || loaded == trees[1]) ++whole;
-        } catch (const Error&) {
-          // A directory format (TF bundle, Orbax) swapped between two of its
-          // files being opened is refused, never mixed.
-          ++refused;
-        }
-      }
-    });
-  }
-  for (int i = 0; i < 20; ++i) save(path, trees[i % 2], options);
-  done = true;
-  for (auto& reader : readers) reader.join();
-  EXPECT_GT(loads.load(), 0);
-  EXPECT_EQ(whole.load(), loads.load()) << refused.load() << " loads refused";
 }
 
 std::string format_name(const ::testing::TestParamInfo<const Format*>& info) {

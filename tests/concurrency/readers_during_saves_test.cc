@@ -24,17 +24,6 @@ class ConcurrentLoadTest : public ::testing::TestWithParam<CrashTarget> {};
 
 TEST_P(ConcurrentLoadTest, LoadsDuringSavesSeeWholeCheckpoints) {
   const CrashTarget target = GetParam();
-  if (target.format == "orbax" && env_number("CKPT_CONCURRENT_ORBAX", 0) == 0) {
-    // Found by this test: the Orbax reader opens each file by its path under
-    // the directory (and a lazy load opens chunk files only when a tensor's
-    // bytes are first read), so a save that exchanges the directory between
-    // two opens gives one load arrays of two states (2 to 5 of ~400 loads
-    // here). The fix belongs in src/formats/orbax/reader.cc: open the
-    // directory once and read everything relative to that descriptor, kept
-    // alive by the deferred chunks.
-    GTEST_SKIP() << "known defect: a load of an Orbax directory during a save can mix two states "
-                    "(CKPT_CONCURRENT_ORBAX=1 runs it)";
-  }
   TempDir dir;
   const auto path = dir / target.name;
   const SaveOptions options{.format = target.format, .fsync = false};
