@@ -77,7 +77,7 @@ size_t utf8_sequence_length(std::string_view text) {
 
 void require_utf8_name(std::string_view name, const ErrorContext& context) {
   if (valid_utf8(name)) return;
-  throw Error(ErrorCode::kCorrupt, "name " + quoted(name) + " is not valid UTF-8", context);
+  throw Error(ErrorCode::kCorrupt, "name " + detail::quoted(name) + " is not valid UTF-8", context);
 }
 
 std::string quoted(std::string_view text, QuoteOptions options) {

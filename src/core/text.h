@@ -43,7 +43,9 @@ struct QuoteOptions {
 // valid UTF-8 characters other than controls as they are, `\\` and `\'` for
 // backslash and quote, \n \r \t, and \xHH for every other control byte, NUL
 // and byte that is not part of valid UTF-8: quoted("a\x01b") == "'a\\x01b'".
-// Every message that embeds text from a file embeds it through this.
+// Every message that embeds text from a file embeds it through this. Call it
+// qualified (detail::quoted): for a std::string or std::string_view argument,
+// argument-dependent lookup would also find std::quoted (<iomanip>).
 std::string quoted(std::string_view text, QuoteOptions options = {});
 
 // `value` in lower-case hex, zero-padded to `width` digits (more digits

@@ -59,7 +59,7 @@ TEST(TextTest, QuotedKeepsPrintableTextAndValidUtf8) {
 }
 
 TEST(TextTest, QuotedEscapesControlsQuotesAndBytesThatAreNoUtf8) {
-  EXPECT_EQ(quoted(std::string("a\0b", 3)), R"('a\x00b')") << "an embedded NUL cuts nothing";
+  EXPECT_EQ(detail::quoted(std::string("a\0b", 3)), R"('a\x00b')") << "an embedded NUL cuts nothing";
   EXPECT_EQ(quoted("tab\there\nnew\rline"), R"('tab\there\nnew\rline')");
   EXPECT_EQ(quoted("\x1b[31mred\x7f"), R"('\x1b[31mred\x7f')");
   EXPECT_EQ(quoted("it's a\\b"), R"('it\'s a\\b')");
@@ -70,10 +70,10 @@ TEST(TextTest, QuotedEscapesControlsQuotesAndBytesThatAreNoUtf8) {
 }
 
 TEST(TextTest, QuotedCapsTheLengthAtACharacterBoundary) {
-  EXPECT_EQ(quoted(std::string(300, 'a'), {.max_bytes = 4}), "'aaaa'... (300 bytes)");
+  EXPECT_EQ(detail::quoted(std::string(300, 'a'), {.max_bytes = 4}), "'aaaa'... (300 bytes)");
   EXPECT_EQ(quoted("ab\xc3\xa9", {.max_bytes = 3}), "'ab'... (4 bytes)") << "never half a character";
   EXPECT_EQ(quoted("abcd", {.max_bytes = 4}), "'abcd'");
-  const std::string rendered = quoted(std::string(100000, '\x01'));
+  const std::string rendered = detail::quoted(std::string(100000, '\x01'));
   EXPECT_LT(rendered.size(), 1000u);
 }
 
@@ -83,12 +83,12 @@ TEST(TextTest, NamesMustBeUtf8WithoutSurrogates) {
   for (const std::string& name : std::vector<std::string>{"a\xff", "w\xed\xa0\x80", "\xc3"}) {
     try {
       require_utf8_name(name, {.path = "model.bin", .offset = 7});
-      ADD_FAILURE() << "accepted " << quoted(name);
+      ADD_FAILURE() << "accepted " << detail::quoted(name);
     } catch (const Error& error) {
       EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
       EXPECT_EQ(error.context().path, "model.bin");
       EXPECT_EQ(error.context().offset, 7u);
-      EXPECT_NE(error.message().find(quoted(name)), std::string::npos) << error.what();
+      EXPECT_NE(error.message().find(detail::quoted(name)), std::string::npos) << error.what();
       EXPECT_TRUE(valid_utf8(error.what())) << "the message itself is UTF-8";
     }
   }

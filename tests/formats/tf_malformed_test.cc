@@ -435,12 +435,17 @@ class TfTornTest : public ::testing::Test {
   std::filesystem::path prefix() const { return dir_ / "model.ckpt"; }
   std::string index_file() const { return tf_detail::index_path(prefix()).filename().string(); }
 
-  static Tree state(float value, int64_t step, int64_t length = 6) {
+  // Weights and a step counter (an int: with extras only; a tensor else).
+  static Tree state(float value, int64_t step, int64_t length = 6, bool extras = true) {
     const std::vector<float> values(static_cast<size_t>(length), value);
     const Tensor weights = Tensor::from_values<float>(DType::kFloat32, {length}, values);
     Tree tree = Tree::map();
     tree.set("weights", weights);
-    tree.set("step", step);
+    if (extras) {
+      tree.set("step", step);
+    } else {
+      tree.set("step", Tensor::from_values<int64_t>(DType::kInt64, {}, std::vector<int64_t>{step}));
+    }
     return tree;
   }
 
@@ -487,14 +492,14 @@ TEST_F(TfTornTest, OtherSizes) {
 
 TEST_F(TfTornTest, NewDataWithoutExtras) {
   // The old .index records a trailer; the new data (no extras) has none.
-  splice(state(1.0f, 100), state(2.0f, 200), {.format = "tf"}, {.format = "tf", .extras = false});
+  splice(state(1.0f, 100, 6, false), state(2.0f, 200, 6, false), {.format = "tf"}, {.format = "tf", .extras = false});
   expect_torn("bytes where");
 }
 
 TEST_F(TfTornTest, OldIndexWithoutExtras) {
   // An .index without ckpt's record (as TensorFlow's) beside data ending with
   // ckpt's trailer after every entry's bytes.
-  splice(state(1.0f, 100), state(2.0f, 200), {.format = "tf", .extras = false}, {.format = "tf"});
+  splice(state(1.0f, 100, 6, false), state(2.0f, 200, 6, false), {.format = "tf", .extras = false}, {.format = "tf"});
   expect_torn("records none");
 }
 

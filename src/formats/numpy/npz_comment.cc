@@ -10,6 +10,7 @@
 
 #include "ckpt/error.h"
 #include "core/json_writer.h"
+#include "core/text.h"
 #include "formats/extras_json.h"
 #include "formats/numpy/layout.h"
 #include "formats/zip/layout.h"

@@ -14,6 +14,7 @@
 #include "ckpt/cast.h"
 #include "core/box_copy.h"
 #include "core/json_writer.h"
+#include "core/text.h"
 #include "formats/orbax/compression.h"
 
 namespace ckpt::orbax_detail {

@@ -81,13 +81,16 @@ class Reader {
     std::vector<Entry> entries;
     entries.reserve(records.size() - 1);
     for (size_t i = 1; i < records.size(); ++i) {
-      Entry entry = read_entry(records[i].first, records[i].second);
+      // A slice's key is binary (OrderedCode); the tensor name in it is a name.
+      const std::string& key = records[i].first;
+      const std::optional<std::string> name = is_slice_key(key) ? slice_key_name(key) : key;
+      if (!name) fail_index("malformed slice key", key);
+      detail::require_utf8_name(*name, {.path = index_path_});
+      Entry entry = read_entry(key, records[i].second);
       if (!is_slice_key(entry.key)) {
         entries.push_back(std::move(entry));
         continue;
       }
-      const std::optional<std::string> name = slice_key_name(entry.key);
-      if (!name) fail_index("malformed slice key", entry.key);
       slice_parts_[*name].push_back(std::move(entry));  // in key order
     }
     for (Entry& entry : entries) {
@@ -197,7 +200,6 @@ class Reader {
   }
 
   Entry read_entry(const std::string& key, const std::string& bytes) {
-    detail::require_utf8_name(key, {.path = index_path_});
     Entry entry;
     entry.key = key;
     BundleEntryProto& proto = entry.proto;
