@@ -9,6 +9,7 @@
 
 #include "ckpt/cast.h"
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "core/parallel.h"
 #include "formats/orbax/layout.h"
 #include "formats/orbax/metadata.h"
@@ -111,7 +112,7 @@ class ItemReader {
     std::map<std::string, size_t, std::less<>> index;
     for (size_t i = 0; i < array_leaves.size(); ++i) {
       if (!index.emplace(array_leaves[i]->param_name(), i).second) {
-        bad("two arrays of _METADATA share the parameter name '" + array_leaves[i]->param_name() + "'",
+        bad("two arrays of _METADATA share the parameter name " + detail::quoted(array_leaves[i]->param_name()),
             array_leaves[i]->param_name());
       }
     }
@@ -121,9 +122,9 @@ class ItemReader {
       tree = detail::tree_from_json(record.tree, [&](std::string_view name) -> Tensor {
         const auto found = index.find(name);
         if (found == index.end()) {
-          bad("the tree names array '" + std::string(name) + "', which _METADATA does not list", std::string(name));
+          bad("the tree names array " + detail::quoted(std::string(name)) + ", which _METADATA does not list", std::string(name));
         }
-        if (used[found->second]) bad("the tree names array '" + std::string(name) + "' twice", std::string(name));
+        if (used[found->second]) bad("the tree names array " + detail::quoted(std::string(name)) + " twice", std::string(name));
         used[found->second] = true;
         return std::move(tensors[found->second]);
       });
@@ -134,7 +135,7 @@ class ItemReader {
     if (!tree.is_container()) bad("the tree is not a map or a list", "");
     for (size_t i = 0; i < used.size(); ++i) {
       if (!used[i]) {
-        bad("array '" + array_leaves[i]->param_name() + "' of _METADATA is missing from the tree",
+        bad("array " + detail::quoted(array_leaves[i]->param_name()) + " of _METADATA is missing from the tree",
             array_leaves[i]->param_name());
       }
     }
@@ -149,7 +150,7 @@ class ItemReader {
     if (type == "string") return Tree(string_value(leaf));
     if (type == "jax.Array" || type == "np.ndarray") return Tree(arrays_.at(&leaf));
     if (type == "scalar") return scalar(leaf, arrays_.at(&leaf));
-    throw Error(ErrorCode::kUnsupported, "value_type '" + type + "' is not read by ckpt",
+    throw Error(ErrorCode::kUnsupported, "value_type " + detail::quoted(type) + " is not read by ckpt",
                 {.path = dir_ / kTreeMetadataFile, .entry = leaf.param_name()});
   }
 
@@ -206,7 +207,7 @@ class ItemReader {
     if (store_) {
       const OcdbtValue* zarray = store_->find(name + "/" + std::string(kZarrayFile));
       if (zarray == nullptr) {
-        throw Error(ErrorCode::kCorrupt, "the OCDBT database has no key '" + name + "/.zarray'",
+        throw Error(ErrorCode::kCorrupt, "the OCDBT database has no key " + detail::quoted(std::string(name) + "/.zarray"),
                     {.path = dir_, .entry = name});
       }
       const ErrorContext context{.path = dir_, .entry = name};
