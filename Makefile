@@ -3,6 +3,7 @@
 
 BUILD      := build
 ASAN_BUILD := build-asan
+TSAN_BUILD := build-tsan
 PYTHON     := .venv/bin/python
 JOBS       ?= $(shell nproc)
 
@@ -12,7 +13,7 @@ JOBS       ?= $(shell nproc)
 export CC  ?= cc
 export CXX ?= g++
 
-.PHONY: all deps build asan test test-cpp test-asan test-python demo bench bench-torch bench-python bench-restore bench-formats python clean
+.PHONY: all deps build asan tsan test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats python clean
 
 all: build
 
@@ -27,13 +28,19 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target ckpt_parser_tests
 
+# ThreadSanitizer: the library and the thread tests (tests/concurrency), at
+# -O1 so that the instrumented build stays quick.
+tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" "-DCMAKE_C_FLAGS_DEBUG=-O1 -g1" -DCKPT_SANITIZE_THREAD=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=OFF
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target ckpt_thread_tests
+
 # The Python package, installed into .venv from this tree (offline: the build
 # tools are in .venv; build-python/ keeps the build between installs).
 python: deps
 	$(PYTHON) -m pip install -q --no-build-isolation --no-deps .
 
-test: build asan python
-	$(MAKE) --no-print-directory test-cpp test-asan test-python
+test: build asan tsan python
+	$(MAKE) --no-print-directory test-cpp test-asan test-tsan test-python
 
 test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
@@ -41,6 +48,9 @@ test-cpp:
 test-asan:
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(ASAN_BUILD)/ckpt_parser_tests --gtest_brief=1
+
+test-tsan:
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(TSAN_BUILD)/ckpt_thread_tests --gtest_brief=1
 
 test-python:
 	CKPT_TOOL=$(abspath $(BUILD))/ckpt $(PYTHON) -m pytest tests/interop tests/python -q
@@ -62,7 +72,7 @@ bench-python: build python
 	$(PYTHON) bench/bench_python.py --bench $(BUILD)/ckpt_bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-python
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-python
 
 bench-restore: python
 	$(PYTHON) bench/bench_restore.py

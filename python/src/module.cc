@@ -50,14 +50,23 @@ ErrorClasses& error_classes() {
   return *classes;
 }
 
+// Text of an error as a Python str that never fails to decode: a message
+// quotes file text with escapes already, but a path or an entry may hold any
+// bytes; those become "surrogateescape" characters as os.fsdecode makes them.
+py::object error_text(const std::string& text, const char* errors = "surrogateescape") {
+  PyObject* str = PyUnicode_DecodeUTF8(text.data(), static_cast<py::ssize_t>(text.size()), errors);
+  if (str == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(str);
+}
+
 void raise_python(const Error& error) {
   const ErrorClasses& classes = error_classes();
+  const py::object what = error_text(error.what(), "backslashreplace");
   PyObject* type = nullptr;
   switch (error.code()) {
     case ErrorCode::kNotFound: {
       py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunction(
-          PyExc_FileNotFoundError, "isO", ENOENT, error.what(),
-          py::str(error.context().path.string()).ptr()));
+          PyExc_FileNotFoundError, "iOO", ENOENT, what.ptr(), error_text(error.context().path.string()).ptr()));
       if (!instance) throw py::error_already_set();
       PyErr_SetObject(PyExc_FileNotFoundError, instance.ptr());
       return;
@@ -69,16 +78,16 @@ void raise_python(const Error& error) {
     case ErrorCode::kIo: type = PyExc_OSError; break;
   }
   if (type == nullptr) type = PyExc_RuntimeError;  // before register_errors
-  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunction(type, "s", error.what()));
+  py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunctionObjArgs(type, what.ptr(), nullptr));
   if (!instance) throw py::error_already_set();
   // Structured context for callers that branch on it.
   const ErrorContext& context = error.context();
   PyObject_SetAttrString(instance.ptr(), "path",
-                         context.path.empty() ? Py_None : py::str(context.path.string()).ptr());
-  PyObject_SetAttrString(instance.ptr(), "entry", context.entry.empty() ? Py_None : py::str(context.entry).ptr());
+                         context.path.empty() ? Py_None : error_text(context.path.string()).ptr());
+  PyObject_SetAttrString(instance.ptr(), "entry", context.entry.empty() ? Py_None : error_text(context.entry).ptr());
   PyObject_SetAttrString(instance.ptr(), "offset",
                          context.offset ? py::int_(*context.offset).ptr() : Py_None);
-  PyObject_SetAttrString(instance.ptr(), "reason", py::str(error.message()).ptr());
+  PyObject_SetAttrString(instance.ptr(), "reason", error_text(error.message(), "backslashreplace").ptr());
   PyErr_SetObject(type, instance.ptr());
 }
 
@@ -104,7 +113,9 @@ size_t count_tensors(const Tree& tree) {
 
 class Handle {
  public:
-  Handle(Contents contents, Framework framework) : contents_(std::move(contents)), framework_(framework) {
+  // `path` names the file in errors.
+  Handle(Contents contents, Framework framework, std::string path)
+      : contents_(std::move(contents)), framework_(framework), path_(std::move(path)) {
     for (size_t i = 0; i < contents_.entries.size(); ++i) index_.emplace(contents_.entries[i].name, i);
     add_aliases();
   }
@@ -139,15 +150,15 @@ class Handle {
     check_open();
     const Tree* found = contents_.tree.find_path(name);
     if (found == nullptr) throw py::key_error("no entry named '" + name + "'");
-    return value_out(*found, framework_);
+    return naming_file(path_, [&] { return value_out(*found, framework_); });
   }
   py::object tree() const {
     check_open();
-    return value_out(contents_.tree, framework_);
+    return naming_file(path_, [&] { return value_out(contents_.tree, framework_); });
   }
   py::dict metadata() const {
     check_open();
-    return metadata_out(contents_.metadata);
+    return naming_file(path_, [&] { return metadata_out(contents_.metadata); });
   }
   std::string format() const {
     check_open();
@@ -168,7 +179,9 @@ class Handle {
     check_open();
     py::dict out;
     for (const Tree::Leaf& leaf : contents_.tree.leaves()) {
-      if (!leaf.value->is_tensor()) out[py::str(leaf.name)] = value_out(*leaf.value, framework_);
+      if (!leaf.value->is_tensor()) {
+        out[py::str(leaf.name)] = naming_file(path_, [&] { return value_out(*leaf.value, framework_); });
+      }
     }
     return out;
   }
@@ -213,6 +226,7 @@ class Handle {
 
   Contents contents_;
   Framework framework_;
+  std::string path_;
   std::unordered_map<std::string, size_t> index_;
   std::vector<std::string> aliases_;
   bool closed_ = false;
@@ -273,7 +287,7 @@ PYBIND11_MODULE(_ckpt, m) {
       [](const std::string& path, const std::string& framework, bool lazy, bool verify, unsigned threads) {
         const Framework fw = framework_from(framework);
         const Contents contents = open_contents(path, {.verify = verify, .lazy = lazy, .threads = threads});
-        return value_out(contents.tree, fw);
+        return naming_file(path, [&] { return value_out(contents.tree, fw); });
       },
       py::arg("path"), py::kw_only(), py::arg("framework") = "numpy", py::arg("lazy") = true,
       py::arg("verify") = false, py::arg("threads") = 0);
@@ -298,7 +312,7 @@ PYBIND11_MODULE(_ckpt, m) {
       "open",
       [](const std::string& path, const std::string& framework, bool verify, bool lazy) {
         const Framework fw = framework_from(framework);
-        return Handle(open_contents(path, {.verify = verify, .lazy = lazy}), fw);
+        return Handle(open_contents(path, {.verify = verify, .lazy = lazy}), fw, path);
       },
       py::arg("path"), py::kw_only(), py::arg("framework") = "numpy", py::arg("verify") = false,
       py::arg("lazy") = true);
@@ -324,7 +338,7 @@ PYBIND11_MODULE(_ckpt, m) {
           py::gil_scoped_release release;
           contents = ckpt::open_bytes(buffer, label);
         }
-        return Handle(std::move(contents), fw);
+        return Handle(std::move(contents), fw, label);
       },
       py::arg("data"), py::arg("framework") = "numpy", py::arg("label") = "<bytes>");
 
@@ -347,7 +361,7 @@ PYBIND11_MODULE(_ckpt, m) {
       "describe",
       [](const std::string& path, bool verify) {
         const Contents contents = open_contents(path, {.verify = verify});
-        return value_out(contents_document(path, contents), Framework::kNumpy);
+        return naming_file(path, [&] { return value_out(contents_document(path, contents), Framework::kNumpy); });
       },
       py::arg("path"), py::arg("verify") = false);
 

@@ -159,18 +159,23 @@ py::object tensor_out_once(const Tensor& tensor, Framework framework, Converted&
   return result;
 }
 
+// Text of a tree or a file as a Python str (see value_out).
+py::str text_out(const std::string& text) {
+  PyObject* str = PyUnicode_DecodeUTF8(text.data(), static_cast<py::ssize_t>(text.size()), "surrogatepass");
+  if (str == nullptr) {
+    PyErr_Clear();
+    throw Error(ErrorCode::kCorrupt, "a string or key of " + std::to_string(text.size()) + " bytes is not valid UTF-8");
+  }
+  return py::reinterpret_steal<py::str>(str);
+}
+
 py::object value_out_at(const Tree& tree, Framework framework, size_t depth, Converted& converted) {
   switch (tree.kind()) {
     case Tree::Kind::kNone: return py::none();
     case Tree::Kind::kBool: return py::bool_(tree.boolean());
     case Tree::Kind::kInt: return py::int_(tree.integer());
     case Tree::Kind::kFloat: return py::float_(tree.real());
-    case Tree::Kind::kString: {
-      const std::string& text = tree.string();
-      PyObject* str = PyUnicode_DecodeUTF8(text.data(), static_cast<py::ssize_t>(text.size()), "surrogatepass");
-      if (str == nullptr) throw py::error_already_set();
-      return py::reinterpret_steal<py::object>(str);
-    }
+    case Tree::Kind::kString: return text_out(tree.string());
     case Tree::Kind::kBytes: return py::bytes(tree.bytes().data);
     case Tree::Kind::kTensor: return tensor_out_once(tree.tensor(), framework, converted);
     case Tree::Kind::kList: {
@@ -184,7 +189,7 @@ py::object value_out_at(const Tree& tree, Framework framework, size_t depth, Con
       for (const TreeEntry& entry : tree.entries()) {
         py::object key;
         if (const auto* text = std::get_if<std::string>(&entry.key)) {
-          key = py::str(*text);
+          key = text_out(*text);
         } else {
           key = py::int_(std::get<int64_t>(entry.key));
         }
@@ -399,7 +404,7 @@ Metadata metadata_in(const py::object& metadata) {
 
 py::dict metadata_out(const Metadata& metadata) {
   py::dict out;
-  for (const auto& [key, value] : metadata) out[py::str(key)] = py::str(value);
+  for (const auto& [key, value] : metadata) out[text_out(key)] = text_out(value);
   return out;
 }
 

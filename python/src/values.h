@@ -32,6 +32,10 @@ Framework framework_from(const std::string& name);
 py::object tensor_out(const Tensor& tensor, Framework framework, bool writable_numpy = false);
 
 // The tree as dicts, lists and Python scalars, tensors as tensor_out().
+// Strings and keys are decoded as UTF-8 with "surrogatepass" (Python strings
+// may hold lone surrogates, and pickles carry them). Throws
+// Error{kCorrupt} (no file named: callers add it) for text that is not UTF-8
+// even so, instead of Python's bare UnicodeDecodeError.
 py::object value_out(const Tree& tree, Framework framework);
 
 // A nest of dicts (str/int keys), lists, tuples, numpy arrays, torch tensors

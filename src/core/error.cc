@@ -1,5 +1,7 @@
 #include "ckpt/error.h"
 
+#include "core/text.h"
+
 namespace ckpt {
 
 std::string_view error_code_name(ErrorCode code) {
@@ -38,7 +40,9 @@ Error& Error::with_entry(std::string_view entry) {
 void Error::render() {
   what_.clear();
   if (!context_.path.empty()) what_ += context_.path.string() + ": ";
-  if (!context_.entry.empty()) what_ += "entry '" + context_.entry + "': ";
+  // The entry may be a name from the file: quoted, so that the line stays one
+  // printable line whatever bytes it holds.
+  if (!context_.entry.empty()) what_ += "entry " + detail::quoted(context_.entry, {.max_bytes = 1024}) + ": ";
   what_ += message_;
   if (context_.offset) what_ += " (at byte " + std::to_string(*context_.offset) + ")";
 }

@@ -44,7 +44,71 @@ bool valid_utf8_with_surrogates(std::string_view text) {
   return true;
 }
 
+// The length of the valid UTF-8 sequence (no surrogates, no overlong forms)
+// that starts `text`, 0 if none does.
+size_t utf8_sequence_length(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  size_t length = 0;
+  uint32_t code = 0;
+  if ((c & 0xE0) == 0xC0) {
+    length = 2, code = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    length = 3, code = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    length = 4, code = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (text.size() < length) return 0;
+  for (size_t k = 1; k < length; ++k) {
+    if ((s[k] & 0xC0) != 0x80) return 0;
+    code = code << 6 | (s[k] & 0x3F);
+  }
+  if ((length == 2 && code < 0x80) || (length == 3 && code < 0x800) || (length == 4 && code < 0x10000) ||
+      code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
+    return 0;
+  }
+  return length;
+}
+
 }  // namespace
+
+void require_utf8_name(std::string_view name, const ErrorContext& context) {
+  if (valid_utf8(name)) return;
+  throw Error(ErrorCode::kCorrupt, "name " + detail::quoted(name) + " is not valid UTF-8", context);
+}
+
+std::string quoted(std::string_view text, QuoteOptions options) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "'";
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t length = utf8_sequence_length(text.substr(i));
+    if (i + std::max<size_t>(length, 1) > options.max_bytes) break;
+    const auto c = static_cast<unsigned char>(text[i]);
+    // U+0080..U+009F (C2 80..9F) are controls too.
+    const bool control = length == 0 || c < 0x20 || c == 0x7F ||
+                         (length == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0);
+    if (!control) {
+      if (c == '\\' || c == '\'') out += '\\';
+      out.append(text.data() + i, length);
+      i += length;
+      continue;
+    }
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default: out += "\\x", out += kDigits[c >> 4], out += kDigits[c & 15];
+    }
+    ++i;  // a C1 control's second byte is escaped on the next turn
+  }
+  out += '\'';
+  if (i < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
 
 bool valid_utf8(std::string_view text, Utf8Options options) {
   if (options.allow_surrogates) return valid_utf8_with_surrogates(text);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,6 +26,28 @@ void remove_quietly(const fs::path& path) noexcept {
   fs::remove_all(path, ignored);
 }
 
+// Opens the directory `path` (never through a symbolic link); -1 if it
+// cannot.
+int open_directory(const fs::path& path) {
+  return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+// Closes `fd` if open; never throws.
+void close_quietly(int& fd) noexcept {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// A descriptor closed on scope exit.
+struct Descriptor {
+  int fd = -1;
+  Descriptor() = default;
+  explicit Descriptor(int opened) : fd(opened) {}
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  ~Descriptor() { close_quietly(fd); }
+};
+
 }  // namespace
 
 AtomicDirectory::AtomicDirectory(fs::path final_path, AtomicDirectoryOptions options)
@@ -32,10 +55,23 @@ AtomicDirectory::AtomicDirectory(fs::path final_path, AtomicDirectoryOptions opt
   if (final_path_.filename().empty()) {
     throw Error(ErrorCode::kInvalidArgument, "not a directory path (it has no name)", {.path = final_path_});
   }
+  remove_abandoned_temporaries(final_path_);
   for (int attempt = 0; attempt < 16; ++attempt) {
     const fs::path candidate = temporary_sibling(final_path_);
     if (::mkdir(candidate.c_str(), 0755) == 0) {
+      const int fd = open_directory(candidate);
+      if (fd < 0 && errno == ENOENT) continue;  // a cleaner took it before the lock: draw another name
+      if (fd < 0) {
+        const int failure = errno;
+        ::rmdir(candidate.c_str());
+        throw_io(final_path_, "cannot open the temporary directory", failure);
+      }
+      if (claim_temporary(fd, candidate) == Claim::kLost) {
+        ::close(fd);  // a cleaner removes (or removed) it
+        continue;
+      }
       temp_path_ = candidate;
+      lock_fd_ = fd;
       return;
     }
     if (errno == ENOENT) {
@@ -48,6 +84,7 @@ AtomicDirectory::AtomicDirectory(fs::path final_path, AtomicDirectoryOptions opt
 
 AtomicDirectory::~AtomicDirectory() {
   if (!committed_ && !temp_path_.empty()) remove_quietly(temp_path_);
+  close_quietly(lock_fd_);  // after the removal: a cleaner never takes one in use
 }
 
 void AtomicDirectory::sync_contents() const {
@@ -86,8 +123,8 @@ fs::path AtomicDirectory::install() {
     throw_io(final_path_, "cannot exchange the new directory with the old", errno);
   }
   // No RENAME_EXCHANGE on this file system: the old directory is moved
-  // aside under a temporary name, then the new one renamed into place.
-  const fs::path aside = temporary_sibling(final_path_);
+  // aside under its aside name, then the new one renamed into place.
+  const fs::path aside = aside_sibling(final_path_);
   if (::rename(final_path_.c_str(), aside.c_str()) != 0) {
     throw_io(final_path_, "cannot move the old directory aside", errno);
   }
@@ -102,14 +139,19 @@ fs::path AtomicDirectory::install() {
 void AtomicDirectory::commit() {
   if (committed_) throw Error(ErrorCode::kInvalidArgument, "directory already committed", {.path = final_path_});
   if (options_.fsync) sync_contents();
+  // The old directory (if any) stays locked until it is removed, wherever
+  // the renames put it; best effort (a concurrent commit may hold it).
+  const Descriptor old_lock(open_directory(final_path_));
+  if (old_lock.fd >= 0) ::flock(old_lock.fd, LOCK_EX | LOCK_NB);
   const fs::path old = install();
   committed_ = true;
   // The old directory goes only once the rename is durable: a crash before
   // then may leave the old entry in place, which must still hold its files.
   // (A failed sync throws here and leaves the old one under its temporary
-  // name, for leftover_temporaries() to find.)
+  // name, for remove_abandoned_temporaries() to remove.)
   if (options_.fsync) sync_directory(final_path_.parent_path(), final_path_);
   if (!old.empty()) remove_quietly(old);
+  close_quietly(lock_fd_);
 }
 
 bool AtomicDirectory::is_temporary(const fs::path& path) {

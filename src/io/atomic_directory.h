@@ -29,7 +29,10 @@ struct AtomicDirectoryOptions {
 class AtomicDirectory {
  public:
   // Creates the empty temporary directory "<parent>/.<name>.ckpt-tmp-<random>"
-  // (io/file_system.h temporary_sibling) beside `final_path`.
+  // (io/file_system.h temporary_sibling) beside `final_path`, and holds the
+  // writer's lock on it (flock on the directory, claim_temporary) until
+  // commit() or destruction. First removes the temporaries of `final_path`
+  // that belong to no live writer (remove_abandoned_temporaries).
   // Throws Error{kInvalidArgument} if `final_path` has no file name,
   // {kNotFound} if its parent does not exist, {kIo} naming `final_path` if
   // the directory cannot be created.
@@ -49,9 +52,12 @@ class AtomicDirectory {
   // directory is there, an atomic exchange (renameat2 RENAME_EXCHANGE) after
   // which the old directory lies under the temporary name, to be removed.
   // Where the file system cannot exchange, the old directory is moved aside
-  // under another temporary name first (not atomic: a crash between the two
-  // renames leaves no directory at final_path(), the old one under its
-  // temporary name). Then syncs the parent (with options.fsync) and only
+  // first, to aside_sibling() (not atomic: a crash between the two renames
+  // leaves no directory at final_path(), the old one under its aside name,
+  // which no cleaner removes until final_path() exists again). The old
+  // directory stays locked by this writer from before the rename until it
+  // is removed, so that no cleaner removes it while a crash could still
+  // bring it back (before the parent is synced). Then syncs the parent (with options.fsync) and only
   // then removes the old directory, so that a crash never leaves the old
   // entry visible with its files gone. Removing it is best effort: what
   // cannot be removed keeps its temporary name, for leftover_temporaries().
@@ -63,12 +69,14 @@ class AtomicDirectory {
   void commit();
 
   // True if the last component of `path` is a temporary name of AtomicFile
-  // or AtomicDirectory (".<name>.ckpt-tmp-<16 hex digits>").
+  // or AtomicDirectory (".<name>.ckpt-tmp-<16 hex digits>", or the aside
+  // name ".<name>.ckpt-old-<16 hex digits>").
   static bool is_temporary(const std::filesystem::path& path);
   // The entries of `directory` that are such temporaries (files or
   // directories), sorted: what commits interrupted by a crash left behind,
   // for whoever owns the directory (the checkpoint manager, when it opens a
-  // run directory) to remove. Never throws; an unreadable directory has none.
+  // run directory) to remove: remove_abandoned_temporaries() of each target
+  // removes those no live writer holds. Never throws; an unreadable directory has none.
   static std::vector<std::filesystem::path> leftover_temporaries(const std::filesystem::path& directory) noexcept;
 
  private:
@@ -79,6 +87,7 @@ class AtomicDirectory {
   std::filesystem::path final_path_;
   std::filesystem::path temp_path_;
   AtomicDirectoryOptions options_;
+  int lock_fd_ = -1;  // the temporary, opened and locked
   bool committed_ = false;
 };
 

@@ -28,6 +28,8 @@ constexpr size_t kChunkSize = size_t{8} << 20;
 constexpr size_t kGatherBelow = size_t{256} << 10;
 
 std::atomic<int64_t> g_fault_budget{-1};
+// Sealed files whose lock is held by a duplicate descriptor.
+std::atomic<int> g_sealed_locks{0};
 
 // Consumes `bytes` of the injected-fault budget; true if this write must fail.
 bool fault_injected(size_t bytes) {
@@ -51,10 +53,15 @@ AtomicFile::AtomicFile(std::filesystem::path final_path, AtomicFileOptions optio
   if (final_path_.filename().empty()) {
     throw Error(ErrorCode::kInvalidArgument, "not a file path", {.path = final_path_});
   }
+  remove_abandoned_temporaries(final_path_);
   for (int attempt = 0; attempt < 16 && fd_ < 0; ++attempt) {
     temp_path_ = temporary_sibling(final_path_);
     fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno != EEXIST) throw_io(final_path_, "cannot create temporary file", errno);
+    if (fd_ >= 0 && claim_temporary(fd_, temp_path_) == Claim::kLost) {
+      ::close(fd_);  // a cleaner removes (or removed) the name
+      fd_ = -1;
+    }
   }
   if (fd_ < 0) throw Error(ErrorCode::kIo, "cannot create a unique temporary file", {.path = final_path_});
 }
@@ -62,14 +69,23 @@ AtomicFile::AtomicFile(std::filesystem::path final_path, AtomicFileOptions optio
 AtomicFile::~AtomicFile() { abandon(); }
 
 void AtomicFile::abandon() noexcept {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
+  // The name goes before the lock does: a cleaner never takes a name in use.
   if (!committed_ && !temp_path_.empty()) {
     ::unlink(temp_path_.c_str());
     temp_path_.clear();
   }
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  release_lock();
+}
+
+void AtomicFile::release_lock() noexcept {
+  if (sealed_lock_fd_ < 0) return;
+  ::close(sealed_lock_fd_);
+  sealed_lock_fd_ = -1;
+  g_sealed_locks.fetch_sub(1);
 }
 
 void AtomicFile::resize(uint64_t size) {
@@ -160,17 +176,22 @@ void AtomicFile::seal() {
   const int fd = fd_;
   fd_ = -1;
   sealed_ = true;
+  if (g_sealed_locks.fetch_add(1) < kSealedLocks) {
+    sealed_lock_fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);  // shares the lock
+  }
+  if (sealed_lock_fd_ < 0) g_sealed_locks.fetch_sub(1);
   if (::close(fd) != 0) throw_io(final_path_, "cannot close file", errno);
 }
 
-void AtomicFile::commit() {
+void AtomicFile::commit(const AtomicCommitOptions& commit_options) {
   if (committed_ || (fd_ < 0 && !sealed_)) {
     throw Error(ErrorCode::kInvalidArgument, "file already committed or abandoned", {.path = final_path_});
   }
   if (!sealed_) seal();
   if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) throw_io(final_path_, "cannot rename into place", errno);
   committed_ = true;
-  if (options_.fsync) sync_directory(final_path_.parent_path(), final_path_);
+  release_lock();
+  if (options_.fsync && commit_options.sync_directory) sync_directory(final_path_.parent_path(), final_path_);
 }
 
 }  // namespace ckpt::detail

@@ -22,6 +22,14 @@ struct AtomicFileOptions {
   bool fsync = true;
 };
 
+struct AtomicCommitOptions {
+  // Off: the rename is left for a later commit in the same directory to make
+  // durable (its directory fsync covers every rename before it), so that a
+  // writer of several files renames them back to back with no sync between
+  // (TF: the shards, then the .index, which syncs).
+  bool sync_directory = true;
+};
+
 // One positioned write: `bytes` go to `offset`. `on_chunk`, if set, sees each
 // piece of `bytes` in order just before it is written (for checksums while
 // the data is in cache).
@@ -34,7 +42,11 @@ struct WriteSpan {
 class AtomicFile {
  public:
   // Creates the temporary file "<dir>/.<name>.ckpt-tmp-<random>"
-  // (io/file_system.h temporary_sibling).
+  // (io/file_system.h temporary_sibling) and holds the writer's lock on it
+  // (claim_temporary) until commit() or destruction. First removes the
+  // temporaries of `final_path` that belong to no live writer (what killed
+  // saves left: remove_abandoned_temporaries; nothing inside a temporary
+  // directory).
   // Throws Error{kNotFound} if the directory does not exist, {kIo} otherwise.
   AtomicFile(std::filesystem::path final_path, AtomicFileOptions options = {});
   AtomicFile(const AtomicFile&) = delete;
@@ -57,21 +69,33 @@ class AtomicFile {
   // fsync (if asked) and close the file, keeping it under its temporary
   // name: for writers of many files, which would otherwise hold one
   // descriptor per file until the last is committed. No write may follow;
-  // commit() then only renames. Throws Error{kIo} naming the final path.
+  // commit() then only renames. The lock stays held by a duplicate
+  // descriptor for the first kSealedLocks sealed files alive in the process;
+  // beyond that a sealed temporary is unlocked until its commit, and a
+  // concurrent writer of the same target may remove it (this commit then
+  // fails with an Error; nothing committed is lost). Throws Error{kIo}
+  // naming the final path.
   void seal();
   // fsync (if asked; done already if sealed), rename onto the final path,
-  // fsync the directory.
-  void commit();
+  // fsync the directory (if asked, and unless options.sync_directory is
+  // off).
+  void commit(const AtomicCommitOptions& options = {});
 
   const std::filesystem::path& final_path() const { return final_path_; }
   const std::filesystem::path& temp_path() const { return temp_path_; }
 
+  // How many sealed files at once keep their temporary locked (one
+  // descriptor each).
+  static constexpr int kSealedLocks = 256;
+
  private:
   void abandon() noexcept;
+  void release_lock() noexcept;
   std::filesystem::path final_path_;
   std::filesystem::path temp_path_;
   AtomicFileOptions options_;
   int fd_ = -1;
+  int sealed_lock_fd_ = -1;  // a duplicate of fd_ after seal(): holds the lock
   bool sealed_ = false;
   bool committed_ = false;
 };

@@ -33,8 +33,50 @@ void sync_file_system(const std::filesystem::path& directory, const std::filesys
 // (O_EXCL, mkdir) and draws another on EEXIST.
 std::filesystem::path temporary_sibling(const std::filesystem::path& final_path);
 
+// A fresh name beside `final_path` for the old directory that a commit moves
+// aside where the file system cannot exchange two directories:
+// "<parent>/.<name>.ckpt-old-<16 random hex digits>". Unlike a temporary, it
+// may hold the only committed copy (a crash between the two renames leaves
+// nothing at `final_path`), so remove_abandoned_temporaries() removes it only
+// once something is at `final_path` again.
+std::filesystem::path aside_sibling(const std::filesystem::path& final_path);
+
 // True if `file_name` (a name, not a path) has the form temporary_sibling()
-// gives: what an interrupted AtomicFile or AtomicDirectory leaves behind.
+// or aside_sibling() gives: what an interrupted AtomicFile or
+// AtomicDirectory leaves behind.
 bool is_temporary_name(std::string_view file_name);
+
+// Liveness of temporaries. The writer of a temporary holds flock(LOCK_EX) on
+// it (the file, or the directory itself) for as long as it may still commit
+// it; the kernel drops the lock when the writer closes it or dies (SIGKILL
+// included), so a temporary that can be locked belongs to no live writer.
+// See docs/design.md, "Temporaries and crashes", for the limits (NFS).
+
+// The outcome of claim_temporary().
+enum class Claim {
+  kLocked,    // `fd` holds the lock and `path` still names it
+  kUnlocked,  // the file system has no such locks (ENOLCK, EOPNOTSUPP, ...): ours, unprotected
+  kLost,      // a cleaner took it first (it holds the lock, or removed the name): draw another name
+};
+
+// Takes the writer's lock on the temporary that `fd` opened at `path`, just
+// after creating it: flock(LOCK_EX | LOCK_NB), then checks that `path` still
+// names `fd`'s file (a cleaner may have locked and removed the new name
+// between its creation and the lock). Never throws.
+Claim claim_temporary(int fd, const std::filesystem::path& path) noexcept;
+
+// Removes the temporaries of `final_path` that belong to no live writer:
+// the entries of its directory named ".<name>.ckpt-tmp-<16 hex>" for its
+// exact name (files, or directories with their contents) that can be locked
+// (flock LOCK_EX | LOCK_NB) and are still the entry that was locked; and
+// ".<name>.ckpt-old-<16 hex>" (aside_sibling) likewise, but only while
+// something is at `final_path`. Never touches a temporary that is in use, one
+// of another target, or one whose liveness cannot be told (a lock refused for
+// any reason). Does nothing when `final_path`'s directory is itself a
+// temporary: new, and its writer's alone (an AtomicDirectory being filled,
+// where listing it once per file of thousands would cost their square).
+// Returns how many it removed. Never throws; a missing or unreadable
+// directory has none.
+size_t remove_abandoned_temporaries(const std::filesystem::path& final_path) noexcept;
 
 }  // namespace ckpt::detail

@@ -52,5 +52,54 @@ TEST(TextTest, HexDigitsArePaddedLowerCase) {
   EXPECT_EQ(hex_digits(~uint64_t{0}, 0), "ffffffffffffffff");
 }
 
+TEST(TextTest, QuotedKeepsPrintableTextAndValidUtf8) {
+  EXPECT_EQ(quoted("layer.weight"), "'layer.weight'");
+  EXPECT_EQ(quoted(""), "''");
+  EXPECT_EQ(quoted("\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "'\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80'");
+}
+
+TEST(TextTest, QuotedEscapesControlsQuotesAndBytesThatAreNoUtf8) {
+  EXPECT_EQ(detail::quoted(std::string("a\0b", 3)), R"('a\x00b')") << "an embedded NUL cuts nothing";
+  EXPECT_EQ(quoted("tab\there\nnew\rline"), R"('tab\there\nnew\rline')");
+  EXPECT_EQ(quoted("\x1b[31mred\x7f"), R"('\x1b[31mred\x7f')");
+  EXPECT_EQ(quoted("it's a\\b"), R"('it\'s a\\b')");
+  EXPECT_EQ(quoted("\xff\xfe"), R"('\xff\xfe')");
+  EXPECT_EQ(quoted("x\xed\xa0\x80y"), R"('x\xed\xa0\x80y')") << "a surrogate is no UTF-8";
+  EXPECT_EQ(quoted("\xc3"), R"('\xc3')") << "a sequence cut short";
+  EXPECT_EQ(quoted("\xc2\x85"), R"('\xc2\x85')") << "C1 controls (U+0085) are escaped too";
+}
+
+TEST(TextTest, QuotedCapsTheLengthAtACharacterBoundary) {
+  EXPECT_EQ(detail::quoted(std::string(300, 'a'), {.max_bytes = 4}), "'aaaa'... (300 bytes)");
+  EXPECT_EQ(quoted("ab\xc3\xa9", {.max_bytes = 3}), "'ab'... (4 bytes)") << "never half a character";
+  EXPECT_EQ(quoted("abcd", {.max_bytes = 4}), "'abcd'");
+  const std::string rendered = detail::quoted(std::string(100000, '\x01'));
+  EXPECT_LT(rendered.size(), 1000u);
+}
+
+TEST(TextTest, NamesMustBeUtf8WithoutSurrogates) {
+  EXPECT_NO_THROW(require_utf8_name("layer.0.w\xc3\xa9ight"));
+  EXPECT_NO_THROW(require_utf8_name(""));
+  for (const std::string& name : std::vector<std::string>{"a\xff", "w\xed\xa0\x80", "\xc3"}) {
+    try {
+      require_utf8_name(name, {.path = "model.bin", .offset = 7});
+      ADD_FAILURE() << "accepted " << detail::quoted(name);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
+      EXPECT_EQ(error.context().path, "model.bin");
+      EXPECT_EQ(error.context().offset, 7u);
+      EXPECT_NE(error.message().find(detail::quoted(name)), std::string::npos) << error.what();
+      EXPECT_TRUE(valid_utf8(error.what())) << "the message itself is UTF-8";
+    }
+  }
+}
+
+TEST(TextTest, ErrorsQuoteTheirEntry) {
+  // Error::render puts the entry through quoted(): one printable line.
+  const Error error(ErrorCode::kCorrupt, "bad", {.path = "f", .entry = "a\nb\xff"});
+  EXPECT_STREQ(error.what(), R"(f: entry 'a\nb\xff': bad)");
+  EXPECT_EQ(error.context().entry, "a\nb\xff") << "the context keeps the bytes";
+}
+
 }  // namespace
 }  // namespace ckpt::detail

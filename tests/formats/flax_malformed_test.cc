@@ -126,6 +126,24 @@ TEST_F(FlaxMalformedTest, UnknownDTypeName) {
             ErrorCode::kUnsupported);
 }
 
+TEST_F(FlaxMalformedTest, DTypeNameWithControlBytesIsQuoted) {
+  // A bin dtype name holding a NUL, an escape sequence and a byte that is no
+  // UTF-8: one printable line, the bytes escaped, nothing cut at the NUL.
+  std::string payload;
+  append_array_header(payload, 3);
+  append_array_header(payload, 1);
+  append_int(payload, 6);
+  const std::string name("f\0\x1b[2J\xff", 7);
+  append_bin_header(payload, name.size());
+  payload += name;
+  append_bin_header(payload, kSixBytes.size());
+  payload += kSixBytes;
+  const Error error = error_of(nested(ext(1, payload)));
+  EXPECT_EQ(error.code(), ErrorCode::kUnsupported) << error.what();
+  EXPECT_NE(error.message().find(R"(dtype 'f\x00\x1b[2J\xff')"), std::string::npos) << error.what();
+  for (const char c : std::string(error.what())) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << error.what();
+}
+
 TEST_F(FlaxMalformedTest, OverflowingShape) {
   EXPECT_EQ(code(nested(ext(1, ndarray_payload({int64_t{1} << 62, 8}, "int8", kSixBytes))), "overflows"),
             ErrorCode::kCorrupt);

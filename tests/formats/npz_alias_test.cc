@@ -303,12 +303,12 @@ TEST_F(NpzAliasMalformedTest, AliasesMissingOrNotAnObject) {
 }
 
 TEST_F(NpzAliasMalformedTest, AliasValueIsNotAString) {
-  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":1}})", "alias \"u\" is not a string"), ErrorCode::kCorrupt);
-  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":["w"]}})", "alias \"u\" is not a string"), ErrorCode::kCorrupt);
+  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":1}})", "alias 'u' is not a string"), ErrorCode::kCorrupt);
+  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":["w"]}})", "alias 'u' is not a string"), ErrorCode::kCorrupt);
 }
 
 TEST_F(NpzAliasMalformedTest, AliasNamedTwice) {
-  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"w","u":"v"}})", "names alias \"u\" twice"),
+  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"w","u":"v"}})", "names alias 'u' twice"),
             ErrorCode::kCorrupt);
 }
 
@@ -317,26 +317,26 @@ TEST_F(NpzAliasMalformedTest, AliasWithANulByte) {
 }
 
 TEST_F(NpzAliasMalformedTest, AliasIsAlsoAMember) {
-  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"v":"w"}})", "alias \"v\" is also the key of a member"),
+  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"v":"w"}})", "alias 'v' is also the key of a member"),
             ErrorCode::kCorrupt);
 }
 
 TEST_F(NpzAliasMalformedTest, AliasNamesItself) {
-  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"u"}})", "alias \"u\" names itself"), ErrorCode::kCorrupt);
+  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"u"}})", "alias 'u' names itself"), ErrorCode::kCorrupt);
 }
 
 TEST_F(NpzAliasMalformedTest, AliasNamesAnotherAlias) {
-  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"w","x":"u"}})", "alias \"x\" names alias \"u\""),
+  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"w","x":"u"}})", "alias 'x' names alias 'u'"),
             ErrorCode::kCorrupt);
 }
 
 TEST_F(NpzAliasMalformedTest, AliasesInACycle) {
-  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"x","x":"u"}})", "alias \"u\" names alias \"x\""),
+  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"x","x":"u"}})", "alias 'u' names alias 'x'"),
             ErrorCode::kCorrupt);
 }
 
 TEST_F(NpzAliasMalformedTest, AliasNamesAKeyWithoutAMember) {
-  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"missing"}})", "which has no member \"missing.npy\""),
+  EXPECT_EQ(code(R"(ckpt:{"version":1,"aliases":{"u":"missing"}})", "which has no member 'missing.npy'"),
             ErrorCode::kCorrupt);
 }
 

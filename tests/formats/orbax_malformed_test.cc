@@ -211,7 +211,7 @@ TEST_F(OrbaxMalformedTest, ZarrayIsNotJson) {
 TEST_F(OrbaxMalformedTest, ZarrayUnknownDtype) {
   ItemBuilder item;
   item.zarray.replace(item.zarray.find("<f4"), 3, "<q9");
-  EXPECT_EQ(code(item, "unknown dtype \"<q9\"", "w"), ErrorCode::kUnsupported);
+  EXPECT_EQ(code(item, "unknown dtype '<q9'", "w"), ErrorCode::kUnsupported);
 }
 
 TEST_F(OrbaxMalformedTest, ZarrayNegativeShape) {
@@ -241,7 +241,7 @@ TEST_F(OrbaxMalformedTest, ZstdChunkGarbage) {
 TEST_F(OrbaxMalformedTest, UnsupportedCompressor) {
   ItemBuilder item;
   item.zarray.replace(item.zarray.find("\"compressor\":null"), 17, R"j("compressor":{"id":"blosc"})j");
-  EXPECT_EQ(code(item, "compressor \"blosc\"", "w"), ErrorCode::kUnsupported);
+  EXPECT_EQ(code(item, "compressor 'blosc'", "w"), ErrorCode::kUnsupported);
 }
 
 TEST_F(OrbaxMalformedTest, MetadataIsNotJson) {

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "formats/tf/format.h"
+#include "formats/tf/shard_trailer.h"
 #include "formats/tf_test_builder.h"
 #include "support/temp_dir.h"
 
@@ -345,6 +347,193 @@ TEST_F(TfMalformedTest, IndexHandlePastTheFile) {
   bytes.replace(footer, 40, handles);
   testing::write_file(path, bytes);
   EXPECT_EQ(error_of("runs past", "model.ckpt-1.index", "").code(), ErrorCode::kCorrupt);
+}
+
+// ---- integers past their declared int32 (read as int64, never truncated) ----
+
+TEST_F(TfMalformedTest, NumShardsPast32Bits) {
+  // 2^32 + 1 truncated to int32 is 1: a bundle that looks whole.
+  Bundle bundle;
+  bundle.header = tfb::header({.num_shards = (int64_t{1} << 32) + 1});
+  EXPECT_EQ(code(bundle, "num_shards 4294967297 does not fit", "model.ckpt-1.index", ""), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, EndiannessPast32Bits) {
+  Bundle bundle;
+  bundle.header = tfb::header({.endianness = int64_t{1} << 32});  // truncated: 0, LITTLE
+  EXPECT_EQ(code(bundle, "endianness 4294967296 does not fit", "model.ckpt-1.index", ""), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, VersionProducerPast32Bits) {
+  Bundle bundle;
+  bundle.header = tfb::header({.producer = (int64_t{1} << 32) + 1});  // truncated: 1
+  EXPECT_EQ(code(bundle, "version.producer 4294967297 does not fit", "model.ckpt-1.index", ""), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, DTypePast32Bits) {
+  Bundle bundle;
+  bundle.entry.dtype = (int64_t{1} << 32) + 1;  // truncated: 1, DT_FLOAT
+  EXPECT_EQ(code(bundle, "dtype code 4294967297"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, ShardIdPast32Bits) {
+  Bundle bundle;
+  bundle.entry.shard = int64_t{1} << 32;  // truncated: 0
+  EXPECT_EQ(code(bundle, "shard_id 4294967296 is outside"), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, SliceLengthBelowMinusOne) {
+  // -1 is "the whole dimension"; -2 is nothing.
+  Bundle bundle;
+  bundle.entry.extra = tfb::field_bytes(
+      7, tfb::field_bytes(1, tfb::field_varint(2, static_cast<uint64_t>(int64_t{-2}))) + tfb::field_bytes(1, ""));
+  EXPECT_EQ(code(bundle, "length -2 is negative"), ErrorCode::kCorrupt);
+}
+
+// ---- text that is not UTF-8 ----
+
+TEST_F(TfMalformedTest, KeyIsNotUtf8) {
+  Bundle bundle;
+  bundle.extra.emplace_back("layer/\xff\xfe", tfb::entry({.dtype = 1, .shape = {0}}));
+  write(bundle);
+  const Error error = error_of("is not valid UTF-8", "model.ckpt-1.index", "");
+  EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
+  EXPECT_NE(std::string(error.what()).find(R"('layer/\xff\xfe')"), std::string::npos) << error.what();
+}
+
+// protobuf checks the UTF-8 of `string` fields and logs a line on stderr
+// when one fails; ckpt reads them as bytes and reports the error itself.
+TEST_F(TfMalformedTest, DimensionNameIsNotUtf8AndNothingIsLogged) {
+  Bundle bundle;
+  bundle.entry.extra.clear();
+  write(bundle);
+  // dtype, shape { dim { size 6 name "\xff" } }, size, crc.
+  const std::string shape = tfb::field_bytes(2, tfb::field_varint(1, 6) + tfb::field_bytes(2, "\xff"));
+  const std::string entry = tfb::field_varint(1, 1) + tfb::field_bytes(2, shape) + tfb::field_varint(5, 24) +
+                            tfb::field_fixed32(6, tfb::masked_crc_of(kSixFloats));
+  tfb::write_bundle(prefix(), {{"", tfb::header()}, {kKey, entry}}, {kSixFloats});
+  ::testing::internal::CaptureStderr();
+  const Error error = error_of("name is not valid UTF-8", "model.ckpt-1.index", kKey);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
+}
+
+TEST_F(TfMalformedTest, CkptTreeIsNotUtf8AndNothingIsLogged) {
+  Bundle bundle;
+  bundle.header = tfb::header() + tfb::field_bytes(4747, "{\"\xff\": 1}");
+  write(bundle);
+  ::testing::internal::CaptureStderr();
+  const Error error = error_of("UTF-8", "model.ckpt-1.index", "");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
+}
+
+// ---- torn overwrites: the .index of one save beside the data of another ----
+
+class TfTornTest : public ::testing::Test {
+ protected:
+  std::filesystem::path prefix() const { return dir_ / "model.ckpt"; }
+  std::string index_file() const { return tf_detail::index_path(prefix()).filename().string(); }
+
+  // Weights and a step counter (an int: with extras only; a tensor else).
+  static Tree state(float value, int64_t step, int64_t length = 6, bool extras = true) {
+    const std::vector<float> values(static_cast<size_t>(length), value);
+    const Tensor weights = Tensor::from_values<float>(DType::kFloat32, {length}, values);
+    Tree tree = Tree::map();
+    tree.set("weights", weights);
+    if (extras) {
+      tree.set("step", step);
+    } else {
+      tree.set("step", Tensor::from_values<int64_t>(DType::kInt64, {}, std::vector<int64_t>{step}));
+    }
+    return tree;
+  }
+
+  // Saves `a`, keeps its .index, saves `b` at the same prefix, and puts the
+  // kept .index back: what a kill between the renames of b's data and its
+  // .index leaves.
+  void splice(const Tree& a, const Tree& b, SaveOptions options_a = {.format = "tf"},
+              SaveOptions options_b = {.format = "tf"}) {
+    save(prefix(), a, options_a);
+    const std::string index = testing::read_file(tf_detail::index_path(prefix()));
+    save(prefix(), b, options_b);
+    testing::write_file(tf_detail::index_path(prefix()), index);
+  }
+
+  // Opening (a plain load, no verify) fails with kCorrupt naming the shard as
+  // its file and the .index in its message.
+  void expect_torn(std::string_view fragment, int shard = 0, int num_shards = 1) {
+    try {
+      load(prefix());
+      ADD_FAILURE() << "the torn pair was loaded";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << error.what();
+      EXPECT_EQ(error.context().path.filename(), tf_detail::shard_path(prefix(), shard, num_shards).filename())
+          << error.what();
+      EXPECT_NE(error.message().find(index_file()), std::string::npos) << error.what();
+      EXPECT_NE(error.message().find("different saves"), std::string::npos) << error.what();
+      EXPECT_NE(error.message().find(fragment), std::string::npos) << error.what();
+    }
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(TfTornTest, SameShapesOtherValues) {
+  // The sizes agree; only the trailer's digest tells the saves apart.
+  splice(state(1.0f, 100), state(2.0f, 200));
+  expect_torn("trailer digest");
+}
+
+TEST_F(TfTornTest, OtherSizes) {
+  splice(state(1.0f, 100), state(2.0f, 200, 12));
+  expect_torn("bytes where");
+}
+
+TEST_F(TfTornTest, NewDataWithoutExtras) {
+  // The old .index records a trailer; the new data (no extras) has none.
+  splice(state(1.0f, 100, 6, false), state(2.0f, 200, 6, false), {.format = "tf"}, {.format = "tf", .extras = false});
+  expect_torn("bytes where");
+}
+
+TEST_F(TfTornTest, OldIndexWithoutExtras) {
+  // An .index without ckpt's record (as TensorFlow's) beside data ending with
+  // ckpt's trailer after every entry's bytes.
+  splice(state(1.0f, 100, 6, false), state(2.0f, 200, 6, false), {.format = "tf", .extras = false}, {.format = "tf"});
+  expect_torn("records none");
+}
+
+TEST_F(TfTornTest, OneShardOfSeveralReplaced) {
+  // Killed after the first of two shards was renamed.
+  const SaveOptions sharded{.format = "tf", .max_shard_bytes = 8};
+  Tree a = Tree::map(), b = Tree::map();
+  const std::vector<float> ones(2, 1.0f);
+  a.set("x", Tensor::zeros(DType::kFloat32, {2}));
+  a.set("y", Tensor::zeros(DType::kFloat32, {2}));
+  b.set("x", Tensor::from_values<float>(DType::kFloat32, {2}, ones));
+  b.set("y", Tensor::from_values<float>(DType::kFloat32, {2}, ones));
+  save(prefix(), a, sharded);
+  const std::string shard1 = testing::read_file(tf_detail::shard_path(prefix(), 1, 2));
+  const std::string index = testing::read_file(tf_detail::index_path(prefix()));
+  save(prefix(), b, sharded);
+  testing::write_file(tf_detail::shard_path(prefix(), 1, 2), shard1);
+  testing::write_file(tf_detail::index_path(prefix()), index);
+  expect_torn("trailer digest", 0, 2);
+}
+
+TEST_F(TfTornTest, TheSameBytesTwiceAreNoMix) {
+  // Two saves of equal tensors (the step lives in the .index) hold equal
+  // data: the old .index beside the new data is the old save, whole.
+  splice(state(1.0f, 100), state(1.0f, 200));
+  const Tree loaded = load(prefix());
+  EXPECT_TRUE(loaded == state(1.0f, 100));
+}
+
+TEST_F(TfTornTest, AWholeSaveStillLoads) {
+  save(prefix(), state(1.0f, 100), {.format = "tf"});
+  save(prefix(), state(2.0f, 200), {.format = "tf"});
+  EXPECT_TRUE(load(prefix()) == state(2.0f, 200));
+  EXPECT_TRUE(verify(prefix()).tree == state(2.0f, 200));
 }
 
 TEST_F(TfMalformedTest, NoBundleAtAll) {

@@ -132,6 +132,21 @@ TEST_F(TfStateFileTest, LeaveNeverTouchesTheStateFile) {
   }
 }
 
+TEST_F(TfStateFileTest, AStateFileThatDoesNotParseLogsNothing) {
+  // protobuf's text parser logs its complaints (and warnings about unknown
+  // fields) on stderr unless they are collected: ckpt's error carries them.
+  testing::write_file(dir_ / "checkpoint", "unknown_field: 1\nmodel_checkpoint_path: {{{\n");
+  ::testing::internal::CaptureStderr();
+  try {
+    save_tf("ckpt-1", state_of(1), StateFilePolicy::kIfPresent);  // reads it to update it
+    ADD_FAILURE() << "a state file that does not parse was read";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << error.what();
+    EXPECT_NE(error.message().find("line 2"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
 // The peer: TensorFlow from the project's .venv finds the bundle that the
 // state file ckpt created names, and restores it.
 constexpr std::string_view kLatestCheckpointPeer = R"(

@@ -13,6 +13,7 @@
 #include "ckpt/error.h"
 #include "formats/tf/format.h"
 #include "formats/tf/index_table.h"
+#include "formats/tf/shard_trailer.h"
 #include "formats/tf_test_builder.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
@@ -245,7 +246,7 @@ TEST_F(TfTest, TiedTensorsShareTheirBytes) {
   tree.set("norm", floats({4}, 0));
   tree.set("head", shared);
   save(dir_ / "tied", tree, {.format = "tf"});
-  EXPECT_EQ(fs::file_size(dir_ / "tied.data-00000-of-00001"), 80u);
+  EXPECT_EQ(fs::file_size(dir_ / "tied.data-00000-of-00001"), 80u + tf_detail::kShardTrailerSize);
   const Tree loaded = load(dir_ / "tied");
   EXPECT_TRUE(loaded == tree);
   EXPECT_TRUE(loaded.at("embed").tensor().same_memory(loaded.at("head").tensor()));
@@ -317,9 +318,10 @@ TEST_F(TfTest, MaxShardBytesSplitsTheDataIntoShards) {
   EXPECT_EQ(placements.at("d"), (Placement{3, 0, 8}));
   EXPECT_EQ(placements.at("empty"), (Placement{3, 8, 0}));
   EXPECT_EQ(placements.at("text"), (Placement{3, 8, 1 + 4 + 12}));  // varint length, length CRC, bytes
-  EXPECT_EQ(fs::file_size(dir_ / "m.data-00000-of-00004"), 80u);
-  EXPECT_EQ(fs::file_size(dir_ / "m.data-00002-of-00004"), 200u);
-  EXPECT_EQ(fs::file_size(dir_ / "m.data-00003-of-00004"), 25u);
+  // Each shard: its tensors' bytes, then ckpt's 16-byte trailer (extras).
+  EXPECT_EQ(fs::file_size(dir_ / "m.data-00000-of-00004"), 80u + tf_detail::kShardTrailerSize);
+  EXPECT_EQ(fs::file_size(dir_ / "m.data-00002-of-00004"), 200u + tf_detail::kShardTrailerSize);
+  EXPECT_EQ(fs::file_size(dir_ / "m.data-00003-of-00004"), 25u + tf_detail::kShardTrailerSize);
   // Every entry points at its own tensor's bytes, read here without ckpt's reader.
   for (const char* name : {"a", "b", "c", "big", "d"}) {
     EXPECT_EQ(stored_bytes(dir_ / "m", 4, placements.at(name)), bytes_of(tree.at(name).tensor())) << name;

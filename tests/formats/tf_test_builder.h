@@ -63,7 +63,7 @@ inline std::string header(const HeaderSpec& spec = {}) {
 
 // BundleEntryProto.
 struct EntrySpec {
-  int dtype = 1;  // DT_FLOAT
+  int64_t dtype = 1;  // DT_FLOAT
   std::vector<int64_t> shape;
   int64_t shard = 0;
   int64_t offset = 0;

@@ -321,6 +321,23 @@ TEST_F(TorchMalformedTest, ForbiddenGlobalInDataPkl) {
   EXPECT_EQ(error.context().offset, torch_zip(pickle, {{"0", kFourFloats}}).data_offsets[0] + 2) << error.what();
 }
 
+TEST_F(TorchMalformedTest, GlobalWithControlBytesIsQuoted) {
+  // A NUL, an escape sequence and a byte that is no UTF-8 in the module name:
+  // escaped in one printable line, not cut at the NUL.
+  const std::string module("my\0mod\x1b[2J\xff", 11);
+  const std::string pickle = Pkl(2).global(module, "Cls").empty_tuple().reduce().stop();
+  const Error error = expect(zip_with_pickle(pickle), ErrorCode::kUnsupported, R"('my\x00mod\x1b[2J\xff.Cls')",
+                             "archive/data.pkl");
+  for (const char c : std::string(error.what())) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << error.what();
+}
+
+TEST_F(TorchMalformedTest, KeyWithALoneSurrogateIsRefused) {
+  // Python pickles such a str (surrogatepass); no name may hold one.
+  const std::string pickle = testing::state_dict_pickle({{"w\xed\xa0\x80", {}}});
+  const Error error = corrupt(torch_zip(pickle, {{"0", kFourFloats}}).bytes, "is not valid UTF-8");
+  EXPECT_NE(std::string(error.what()).find(R"('w\xed\xa0\x80')"), std::string::npos) << error.what();
+}
+
 TEST_F(TorchMalformedTest, SharedReferencesThatExpandExponentially) {
   // L0 = []; L(i) = [L(i-1), L(i-1)] through the memo, 64 levels: 2^64
   // values in a 500-byte pickle. Must fail fast, not hang or allocate.

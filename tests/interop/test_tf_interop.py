@@ -284,8 +284,14 @@ def test_ckpt_writes_three_shards_that_tensorflow_restores(tf, run, tmp_path):
         return shard_names(out)
 
     # The smallest limit that gives at most 3 shards (their count only falls
-    # as the limit grows); earlier conversions' shards must not linger.
-    total = sum((out.parent / name).stat().st_size for name in shards_at(2 ** 40))
+    # as the limit grows); earlier conversions' shards must not linger. Each
+    # shard ends with ckpt's 16-byte trailer (docs/formats/tf.md, "Torn
+    # overwrites"): the tensors' bytes are the rest.
+    def data_bytes():
+        return sum((out.parent / name).stat().st_size - 16 for name in shard_names(out))
+
+    shards_at(2 ** 40)
+    total = data_bytes()
     low, high = 1, total
     while low < high:
         middle = (low + high) // 2
@@ -294,7 +300,7 @@ def test_ckpt_writes_three_shards_that_tensorflow_restores(tf, run, tmp_path):
         else:
             low = middle + 1
     assert shards_at(low) == [f"ckpt-1.data-0000{k}-of-00003" for k in range(3)]
-    assert sum((out.parent / name).stat().st_size for name in shard_names(out)) == total
+    assert data_bytes() == total
     run("verify", out)
     original = tf_truth(tf, prefix)
     sharded = tf_truth(tf, out)
@@ -367,3 +373,43 @@ print("ok")
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+# ---- what ckpt refuses that TensorFlow wrote or that a crash left ----
+
+def test_a_key_that_is_not_utf8_is_refused_in_one_clean_line(tf, run, tmp_path):
+    """SaveV2 takes tensor names as bytes: TensorFlow writes a key that is no
+    UTF-8 (its own Python reader then fails to list it). ckpt refuses it as
+    corrupt, naming the file, in one line: never invalid JSON on stdout."""
+    prefix = str(tmp_path / "raw")
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=[b"ok", b"bad\xff\xfe"], shape_and_slices=["", ""],
+                      tensors=[tf.constant([1.0]), tf.constant([2.0])])
+    assert (tmp_path / "raw.index").is_file()
+    for command in (["inspect", prefix, "--json"], ["verify", prefix]):
+        result = run(*command, expect=None)
+        assert result.returncode == 1, result
+        assert result.stdout == ""
+        assert result.stderr.count("\n") == 1 and result.stderr.endswith("\n"), result.stderr
+        assert "raw.index" in result.stderr and "not valid UTF-8" in result.stderr
+        assert r"'bad\xff\xfe'" in result.stderr
+
+
+def test_a_torn_overwrite_is_refused_while_tensorflow_reads_each_whole_bundle(tf, run, tmp_path):
+    """A save over an existing prefix renames the data, then the .index: a
+    kill between the two leaves the old .index beside the new data. ckpt
+    refuses that pair at open (no verify), naming both files; each whole
+    bundle ckpt wrote (its shards end with ckpt's trailer) TensorFlow reads."""
+    import safetensors.numpy
+    prefix = tmp_path / "model.ckpt"
+    for step, value in ((1, 1.0), (2, 2.0)):
+        safetensors.numpy.save_file({"w": np.full(6, value, np.float32)}, tmp_path / f"s{step}.safetensors")
+    run("convert", tmp_path / "s1.safetensors", prefix, "--to", "tf")
+    np.testing.assert_array_equal(tf_truth(tf, prefix)["w"], np.full(6, 1.0, np.float32))
+    old_index = (tmp_path / "model.ckpt.index").read_bytes()
+    run("convert", tmp_path / "s2.safetensors", prefix, "--to", "tf")
+    np.testing.assert_array_equal(tf_truth(tf, prefix)["w"], np.full(6, 2.0, np.float32))
+    (tmp_path / "model.ckpt.index").write_bytes(old_index)
+    result = run("inspect", prefix, expect=None)
+    assert result.returncode == 1, result
+    assert "model.ckpt.data-00000-of-00001" in result.stderr and "model.ckpt.index" in result.stderr
+    assert "different saves" in result.stderr and result.stderr.count("\n") == 1

@@ -185,7 +185,7 @@ class Reader {
              key_token.offset);
       }
       if (tree.find(key) != nullptr) {
-        fail(ErrorCode::kCorrupt, "duplicate map key '" + key_to_string(key) + "'", key_token.offset);
+        fail(ErrorCode::kCorrupt, "duplicate map key " + detail::quoted(key_to_string(key)), key_token.offset);
       }
       keys_.push_back(key_to_string(key));
       tree.set(key, value(depth));
@@ -255,7 +255,7 @@ class Reader {
     const std::string_view dtype_name = *inner.text(name);
     const std::optional<DType> dtype = dtype_from_name(dtype_name);
     if (!dtype) {
-      fail(ErrorCode::kUnsupported, "dtype '" + std::string(dtype_name.substr(0, 40)) + "' is not one ckpt has",
+      fail(ErrorCode::kUnsupported, "dtype " + detail::quoted(dtype_name, {.max_bytes = 40}) + " is not one ckpt has",
            inner.file_offset(name.offset));
     }
     array.dtype = *dtype;
@@ -354,7 +354,7 @@ class Reader {
       const Tree* target = tree.find_path(records_[i].target);
       if (target == nullptr || !target->is_tensor() || !target->tensor().has_data()) {
         if (leaves.empty()) leaves = tree.tensor_leaves();
-        throw Error(ErrorCode::kCorrupt, "ckpt alias names '" + records_[i].target + "', which is not a stored tensor",
+        throw Error(ErrorCode::kCorrupt, "ckpt alias names " + detail::quoted(records_[i].target) + ", which is not a stored tensor",
                     {.entry = leaves[i].name, .offset = records_[i].at});
       }
       *tensors[i] = target->tensor();

@@ -10,6 +10,7 @@
 
 #include "ckpt/error.h"
 #include "core/json_writer.h"
+#include "core/text.h"
 #include "formats/extras_json.h"
 #include "formats/numpy/layout.h"
 #include "formats/zip/layout.h"
@@ -81,7 +82,7 @@ std::optional<std::vector<NpzAlias>> read_npz_comment(std::string_view comment, 
   std::vector<std::pair<std::string_view, std::string_view>> pairs;
   std::unordered_set<std::string_view> names;
   for (const simdjson::dom::key_value_pair entry : entries) {
-    const std::string quoted = "alias \"" + std::string(entry.key) + "\"";
+    const std::string quoted = "alias " + detail::quoted(entry.key);
     std::string_view stored;
     if (entry.value.get_string().get(stored)) bad(quoted + " is not a string naming a stored array");
     if (!names.insert(entry.key).second) bad("\"aliases\" names " + quoted + " twice");
@@ -95,9 +96,9 @@ std::optional<std::vector<NpzAlias>> read_npz_comment(std::string_view comment, 
   for (const auto& [name, stored] : pairs) {
     const auto found = members.find(stored);
     if (found == members.end()) {
-      const std::string quoted = "alias \"" + std::string(name) + "\" names ";
-      if (names.contains(stored)) bad(quoted + "alias \"" + std::string(stored) + "\"; aliases name members only");
-      bad(quoted + "\"" + std::string(stored) + "\", which has no member \"" + std::string(stored) + ".npy\"");
+      const std::string quoted = "alias " + detail::quoted(name) + " names ";
+      if (names.contains(stored)) bad(quoted + "alias " + detail::quoted(stored) + "; aliases name members only");
+      bad(quoted + detail::quoted(stored) + ", which has no member " + detail::quoted(std::string(stored) + ".npy"));
     }
     aliases.push_back({std::string(name), found->second});
   }

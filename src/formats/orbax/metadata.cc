@@ -100,7 +100,7 @@ Tree to_tree(Node& node, const std::string& name, const ErrorContext& context) {
     int64_t position = -1;
     const auto parsed = std::from_chars(key.data(), key.data() + key.size(), position);
     if (parsed.ec != std::errc() || parsed.ptr != key.data() + key.size() || position < 0) {
-      corrupt("sequence index '" + key + "' is not a non-negative integer", context, name);
+      corrupt("sequence index " + detail::quoted(key) + " is not a non-negative integer", context, name);
     }
     ordered[position] = child.get();
   }

@@ -278,7 +278,7 @@ class Loader {
       throw Error(ErrorCode::kCorrupt,
                   referrer + ": reference [" + std::to_string(reference.offset) + ", " +
                       std::to_string(reference.offset) + "+" + std::to_string(reference.length) +
-                      ") lies past the end of data file '" + reference.file->path + "' (" +
+                      ") lies past the end of data file " + detail::quoted(reference.file->path) + " (" +
                       std::to_string(file->size()) + " bytes)",
                   {.path = file->path(), .entry = referrer, .offset = reference.offset});
     }
@@ -295,14 +295,14 @@ class Loader {
     bool escapes = path.is_absolute() || relative.empty();
     for (const auto& part : path) escapes = escapes || part == "..";
     if (escapes) {
-      throw Error(ErrorCode::kCorrupt, referrer + ": data file path '" + relative + "' leaves the checkpoint",
+      throw Error(ErrorCode::kCorrupt, referrer + ": data file path " + detail::quoted(relative) + " leaves the checkpoint",
                   {.path = referrer_file, .entry = referrer});
     }
     try {
       return files_.emplace(relative, detail::MappedFile::open(root_ / path)).first->second;
     } catch (const Error& error) {
       throw Error(error.code() == ErrorCode::kNotFound ? ErrorCode::kCorrupt : error.code(),
-                  referrer + ": data file '" + relative + "' cannot be read: " + error.message(),
+                  referrer + ": data file " + detail::quoted(relative) + " cannot be read: " + error.message(),
                   {.path = root_ / path, .entry = referrer});
     }
   }
@@ -312,7 +312,7 @@ class Loader {
       throw Error(ErrorCode::kCorrupt, "more than " + std::to_string(kMaxBtreeNodes) + " b-tree nodes",
                   {.path = root_ / kOcdbtManifestFile});
     }
-    const std::string what = prefix.empty() ? "b-tree node" : "b-tree node under '" + prefix + "'";
+    const std::string what = prefix.empty() ? "b-tree node" : "b-tree node under " + detail::quoted(prefix);
     const auto encoded = resolve(reference, what, root_ / kOcdbtManifestFile);
     const Where where{root_ / reference.file->path, reference.offset, what};
     const std::vector<std::byte> body = open_envelope(encoded, kBtreeNodeMagic, where);
@@ -402,12 +402,12 @@ class Loader {
       if (kinds[i] == kInlineValue) {
         value.inline_value = Buffer::copy_of(inline_values[i]);
       } else {
-        resolve(references[i], "value of key '" + key + "'", where.file, &value.file);
+        resolve(references[i], "value of key " + detail::quoted(key), where.file, &value.file);
         value.offset = references[i].offset;
         value.length = references[i].length;
         value.out_of_line = true;
       }
-      if (!values_.emplace(key, std::move(value)).second) corrupt(where, "key '" + key + "' appears twice");
+      if (!values_.emplace(key, std::move(value)).second) corrupt(where, "key " + detail::quoted(key) + " appears twice");
     }
   }
 
@@ -446,7 +446,7 @@ std::vector<std::string> OcdbtStore::keys() const {
 void OcdbtStore::merge(OcdbtStore&& other) {
   for (auto& [key, value] : other.values_) {
     if (!values_.emplace(key, std::move(value)).second) {
-      throw Error(ErrorCode::kCorrupt, "key '" + key + "' is stored by two OCDBT databases", {.entry = key});
+      throw Error(ErrorCode::kCorrupt, "key " + detail::quoted(key) + " is stored by two OCDBT databases", {.entry = key});
     }
   }
 }

@@ -9,6 +9,7 @@
 
 #include "ckpt/cast.h"
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "core/parallel.h"
 #include "formats/orbax/layout.h"
 #include "formats/orbax/metadata.h"
@@ -16,6 +17,7 @@
 #include "formats/orbax/zarr.h"
 #include "formats/tree_json.h"
 #include "io/mapped_file.h"
+#include "io/stable_directory.h"
 
 namespace ckpt::orbax_detail {
 namespace {
@@ -110,7 +112,7 @@ class ItemReader {
     std::map<std::string, size_t, std::less<>> index;
     for (size_t i = 0; i < array_leaves.size(); ++i) {
       if (!index.emplace(array_leaves[i]->param_name(), i).second) {
-        bad("two arrays of _METADATA share the parameter name '" + array_leaves[i]->param_name() + "'",
+        bad("two arrays of _METADATA share the parameter name " + detail::quoted(array_leaves[i]->param_name()),
             array_leaves[i]->param_name());
       }
     }
@@ -120,9 +122,9 @@ class ItemReader {
       tree = detail::tree_from_json(record.tree, [&](std::string_view name) -> Tensor {
         const auto found = index.find(name);
         if (found == index.end()) {
-          bad("the tree names array '" + std::string(name) + "', which _METADATA does not list", std::string(name));
+          bad("the tree names array " + detail::quoted(std::string(name)) + ", which _METADATA does not list", std::string(name));
         }
-        if (used[found->second]) bad("the tree names array '" + std::string(name) + "' twice", std::string(name));
+        if (used[found->second]) bad("the tree names array " + detail::quoted(std::string(name)) + " twice", std::string(name));
         used[found->second] = true;
         return std::move(tensors[found->second]);
       });
@@ -133,7 +135,7 @@ class ItemReader {
     if (!tree.is_container()) bad("the tree is not a map or a list", "");
     for (size_t i = 0; i < used.size(); ++i) {
       if (!used[i]) {
-        bad("array '" + array_leaves[i]->param_name() + "' of _METADATA is missing from the tree",
+        bad("array " + detail::quoted(array_leaves[i]->param_name()) + " of _METADATA is missing from the tree",
             array_leaves[i]->param_name());
       }
     }
@@ -148,7 +150,7 @@ class ItemReader {
     if (type == "string") return Tree(string_value(leaf));
     if (type == "jax.Array" || type == "np.ndarray") return Tree(arrays_.at(&leaf));
     if (type == "scalar") return scalar(leaf, arrays_.at(&leaf));
-    throw Error(ErrorCode::kUnsupported, "value_type '" + type + "' is not read by ckpt",
+    throw Error(ErrorCode::kUnsupported, "value_type " + detail::quoted(type) + " is not read by ckpt",
                 {.path = dir_ / kTreeMetadataFile, .entry = leaf.param_name()});
   }
 
@@ -205,7 +207,7 @@ class ItemReader {
     if (store_) {
       const OcdbtValue* zarray = store_->find(name + "/" + std::string(kZarrayFile));
       if (zarray == nullptr) {
-        throw Error(ErrorCode::kCorrupt, "the OCDBT database has no key '" + name + "/.zarray'",
+        throw Error(ErrorCode::kCorrupt, "the OCDBT database has no key " + detail::quoted(std::string(name) + "/.zarray"),
                     {.path = dir_, .entry = name});
       }
       const ErrorContext context{.path = dir_, .entry = name};
@@ -267,13 +269,9 @@ bool detect_checkpoint(const fs::path& path) noexcept {
   }
 }
 
-Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
-  std::error_code error;
-  if (!fs::exists(path, error)) throw Error(ErrorCode::kNotFound, "no such file or directory", {.path = path});
-  if (!detect_checkpoint(path)) {
-    throw Error(ErrorCode::kUnsupported, "not an Orbax checkpoint directory (no _METADATA or _CHECKPOINT_METADATA)",
-                {.path = path});
-  }
+namespace {
+
+Contents read_checkpoint_once(const fs::path& path, const LoadOptions& options) {
   // A lazy open decodes nothing; verify and load-into-memory decode now.
   const bool defer = options.lazy && !options.verify;
   Contents contents;
@@ -310,6 +308,23 @@ Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
     contents.entries.push_back({.name = leaf.name, .dtype = tensor.dtype(), .shape = tensor.shape(),
                                 .nbytes = tensor.nbytes()});
   }
+  return contents;
+}
+
+}  // namespace
+
+Contents read_checkpoint(const fs::path& path, const LoadOptions& options) {
+  std::error_code error;
+  if (!fs::exists(path, error)) throw Error(ErrorCode::kNotFound, "no such file or directory", {.path = path});
+  if (!detect_checkpoint(path)) {
+    throw Error(ErrorCode::kUnsupported, "not an Orbax checkpoint directory (no _METADATA or _CHECKPOINT_METADATA)",
+                {.path = path});
+  }
+  // A save may replace the directory while its files are opened one by one:
+  // the contents are those of one directory, read again if it was replaced.
+  // Once read, the tree maps its files and needs the path no more.
+  Contents contents;
+  detail::read_stable_directory(path, [&] { contents = read_checkpoint_once(path, options); });
   return contents;
 }
 

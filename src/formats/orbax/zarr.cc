@@ -14,6 +14,7 @@
 #include "ckpt/cast.h"
 #include "core/box_copy.h"
 #include "core/json_writer.h"
+#include "core/text.h"
 #include "formats/orbax/compression.h"
 
 namespace ckpt::orbax_detail {
@@ -37,10 +38,10 @@ DType parse_dtype(std::string_view text, const ErrorContext& context) {
     if (text.size() == info.numpy_descr.size() && text.substr(1) == body) {
       if (text[0] == '<' || text[0] == '|') return info.dtype;
       if (text[0] == '>' && info.size == 1) return info.dtype;
-      if (text[0] == '>') fail(ErrorCode::kUnsupported, "big-endian dtype \"" + std::string(text) + "\"", context);
+      if (text[0] == '>') fail(ErrorCode::kUnsupported, "big-endian dtype " + detail::quoted(text), context);
     }
   }
-  fail(ErrorCode::kUnsupported, "unknown dtype \"" + std::string(text) + "\"", context);
+  fail(ErrorCode::kUnsupported, "unknown dtype " + detail::quoted(text), context);
 }
 
 // Which dimensions parse_dimensions accepts: a shape's may be 0, chunks' not.
@@ -96,7 +97,7 @@ std::optional<Tensor> parse_fill(element value, DType dtype, const ErrorContext&
         } else if (text == "-Infinity") {
           number = -std::numeric_limits<double>::infinity();
         } else {
-          fail(ErrorCode::kUnsupported, "fill_value \"" + std::string(text) + "\"", context);
+          fail(ErrorCode::kUnsupported, "fill_value " + detail::quoted(text), context);
         }
       }
       source = Tensor::from_bytes(DType::kFloat64, {}, std::as_bytes(std::span(&number, 1)));
@@ -329,7 +330,7 @@ ZarrArray parse_zarray(std::string_view json, const ErrorContext& context) {
   if (!compressor.is_null()) {
     std::string_view id;
     if (compressor["id"].get_string().get(id)) fail(ErrorCode::kCorrupt, "compressor lacks an id", context);
-    if (id != "zstd") fail(ErrorCode::kUnsupported, "compressor \"" + std::string(id) + "\" (ckpt reads zstd or none)", context);
+    if (id != "zstd") fail(ErrorCode::kUnsupported, "compressor " + detail::quoted(id) + " (ckpt reads zstd or none)", context);
     array.zstd = true;
   }
   element filters;
@@ -339,7 +340,7 @@ ZarrArray parse_zarray(std::string_view json, const ErrorContext& context) {
   }
   std::string_view order = "C";
   if (field("order").get_string().get(order) || order != "C") {
-    fail(ErrorCode::kUnsupported, "order \"" + std::string(order) + "\" (ckpt reads C order)", context);
+    fail(ErrorCode::kUnsupported, "order " + detail::quoted(order) + " (ckpt reads C order)", context);
   }
   element separator;
   if (!object["dimension_separator"].get(separator)) {

@@ -213,7 +213,7 @@ class Reader {
         std::string_view code;
         if (field.value.get_string().get(code)) fail_header("\"dtype\" is not a string", name);
         const std::optional<size_t> rank = reference_rank(code);
-        if (!rank) fail_header("unknown dtype \"" + std::string(code) + "\"", name);
+        if (!rank) fail_header("unknown dtype " + detail::quoted(code), name);
         entry.rank = *rank;
       } else if (field.key == kShapeField) {
         if (has_shape) fail_header("duplicate field \"shape\"", name);
@@ -389,9 +389,9 @@ class Reader {
       const auto found = index.find(name);
       if (found == index.end()) {
         if (alias_index.contains(name)) {
-          bad(std::string(what) + " names alias \"" + std::string(name) + "\"; only stored tensors belong there");
+          bad(std::string(what) + " names alias " + detail::quoted(name) + "; only stored tensors belong there");
         }
-        bad(std::string(what) + " names tensor \"" + std::string(name) + "\", which is not in the file");
+        bad(std::string(what) + " names tensor " + detail::quoted(name) + ", which is not in the file");
       }
       return found->second;
     };
@@ -407,12 +407,12 @@ class Reader {
     const detail::TensorResolver resolve = [&](std::string_view name) -> Tensor {
       if (const auto found = alias_index.find(name); found != alias_index.end()) {
         Alias& alias = aliases[found->second];
-        if (alias.used) bad("the tree names alias \"" + std::string(name) + "\" twice");
+        if (alias.used) bad("the tree names alias " + detail::quoted(name) + " twice");
         alias.used = true;
         return tensors[alias.stored];
       }
       const size_t i = find(name, "the tree");
-      if (used[i]) bad("the tree names tensor \"" + std::string(name) + "\" twice");
+      if (used[i]) bad("the tree names tensor " + detail::quoted(name) + " twice");
       used[i] = true;
       return aliased[i] ? tensors[i] : std::move(tensors[i]);
     };
@@ -426,7 +426,7 @@ class Reader {
       if (!used[i]) bad("tensor \"" + contents.entries[i].name + "\" is missing from the tree");
     }
     for (const Alias& alias : aliases) {
-      if (!alias.used) bad("alias \"" + std::string(alias.name) + "\" is missing from the tree");
+      if (!alias.used) bad("alias " + detail::quoted(alias.name) + " is missing from the tree");
     }
   }
 
@@ -448,7 +448,7 @@ class Reader {
     std::vector<std::pair<std::string_view, std::string_view>> pairs;
     std::unordered_set<std::string_view> names;
     for (const simdjson::dom::key_value_pair field : fields) {
-      const std::string quoted = "alias \"" + std::string(field.key) + "\"";
+      const std::string quoted = "alias " + detail::quoted(field.key);
       std::string_view stored;
       if (field.value.get_string().get(stored)) bad(quoted + " is not a string naming a stored tensor");
       if (!names.insert(field.key).second) bad("\"aliases\" names " + quoted + " twice");
@@ -461,9 +461,9 @@ class Reader {
     for (const auto& [name, stored] : pairs) {
       const auto found = index.find(stored);
       if (found == index.end()) {
-        const std::string quoted = "alias \"" + std::string(name) + "\" names ";
-        if (names.contains(stored)) bad(quoted + "alias \"" + std::string(stored) + "\"; aliases name stored tensors only");
-        bad(quoted + "tensor \"" + std::string(stored) + "\", which is not in the file");
+        const std::string quoted = "alias " + detail::quoted(name) + " names ";
+        if (names.contains(stored)) bad(quoted + "alias " + detail::quoted(stored) + "; aliases name stored tensors only");
+        bad(quoted + "tensor " + detail::quoted(stored) + ", which is not in the file");
       }
       aliases.push_back({name, found->second});
     }
@@ -481,7 +481,7 @@ class Reader {
       if (!seen.insert(field.key).second) bad("\"dtypes\" names a tensor twice");
       std::string_view name;
       if (field.value.get_string().get(name) || dtype_from_name(name) != DType::kComplex128) {
-        bad("\"dtypes\" may only hold \"complex128\" (for \"" + std::string(field.key) + "\")");
+        bad("\"dtypes\" may only hold \"complex128\" (for " + detail::quoted(field.key) + ")");
       }
       EntryInfo& info = contents.entries[i];
       if (info.dtype != DType::kFloat64 || info.shape.empty() || info.shape.back() != 2) {
@@ -512,7 +512,7 @@ class Reader {
       std::string_view hex;
       if (field.value.get_string().get(hex) || hex.size() != width ||
           hex.find_first_not_of("0123456789abcdef") != std::string_view::npos) {
-        bad("checksum of \"" + std::string(field.key) + "\" is not " + std::to_string(width) + " lower-case hex digits");
+        bad("checksum of " + detail::quoted(field.key) + " is not " + std::to_string(width) + " lower-case hex digits");
       }
       if (!contents.entries[i].checksum.empty()) bad("\"checksums\" names a tensor twice");
       contents.entries[i].checksum = hex;

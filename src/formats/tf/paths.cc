@@ -1,5 +1,6 @@
 #include "formats/tf/paths.h"
 
+#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <system_error>
 
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "formats/tf/index_table.h"
 #include "formats/tf/layout.h"
 #include "formats/tf/tensor_bundle.pb.h"
@@ -37,6 +39,20 @@ bool looks_like_index(const fs::path& index, const FindPrefixOptions& options) {
   return has_table_magic(footer);
 }
 
+// Keeps the text parser's first complaint for ckpt's own error instead of
+// letting protobuf log it on stderr.
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (text_.empty()) text_ = "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) + ": " + message;
+  }
+  void AddWarning(int, int, const std::string&) override {}
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
 // What read_state does with a state file it cannot read or parse.
 enum class OnFailure { kNullopt, kThrow };
 
@@ -51,9 +67,16 @@ std::optional<CheckpointState> read_state(const fs::path& file, OnFailure on_fai
   text << in.rdbuf();
   CheckpointState state;
   google::protobuf::TextFormat::Parser parser;
+  FirstError error;
+  parser.RecordErrorsTo(&error);
   parser.AllowUnknownField(true);
   if (!parser.ParseFromString(text.str(), &state)) {
-    if (throwing) throw Error(ErrorCode::kCorrupt, "checkpoint state file is not a CheckpointState in text format", {.path = file});
+    if (throwing) {
+      throw Error(ErrorCode::kCorrupt,
+                  "checkpoint state file is not a CheckpointState in text format (" +
+                      detail::quoted(error.text(), {.max_bytes = 300}) + ")",
+                  {.path = file});
+    }
     return std::nullopt;
   }
   return state;

@@ -1,6 +1,8 @@
 #include "formats/tf/reader.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,6 +17,7 @@
 #include "formats/tf/layout.h"
 #include "formats/tf/names.h"
 #include "formats/tf/paths.h"
+#include "formats/tf/shard_trailer.h"
 #include "formats/tf/slices.h"
 #include "formats/tf/strings.h"
 #include "formats/tf/tensor_bundle.pb.h"
@@ -32,7 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::optional<DType> dtype_from_tf(int code) {
+std::optional<DType> dtype_from_tf(int64_t code) {
   for (const DTypeInfo& info : all_dtypes()) {
     if (info.tf_code > 0 && info.tf_code == code) return info.dtype;  // -1: TF has no code for it
   }
@@ -74,16 +77,20 @@ class Reader {
       fail_index("the header entry (empty key) is missing", records.empty() ? "" : records.front().first);
     }
     read_header(records.front().second);
+    check_shard_records();
     std::vector<Entry> entries;
     entries.reserve(records.size() - 1);
     for (size_t i = 1; i < records.size(); ++i) {
-      Entry entry = read_entry(records[i].first, records[i].second);
+      // A slice's key is binary (OrderedCode); the tensor name in it is a name.
+      const std::string& key = records[i].first;
+      const std::optional<std::string> name = is_slice_key(key) ? slice_key_name(key) : key;
+      if (!name) fail_index("malformed slice key", key);
+      detail::require_utf8_name(*name, {.path = index_path_});
+      Entry entry = read_entry(key, records[i].second);
       if (!is_slice_key(entry.key)) {
         entries.push_back(std::move(entry));
         continue;
       }
-      const std::optional<std::string> name = slice_key_name(entry.key);
-      if (!name) fail_index("malformed slice key", entry.key);
       slice_parts_[*name].push_back(std::move(entry));  // in key order
     }
     for (Entry& entry : entries) {
@@ -92,6 +99,7 @@ class Reader {
     if (!slice_parts_.empty()) {
       fail_index("slices stored for a tensor that lists none", slice_parts_.begin()->first);
     }
+    if (shard_records_.empty()) check_no_trailers();
     return assemble(entries);
   }
 
@@ -101,9 +109,22 @@ class Reader {
     throw Error(code, std::move(message), {.path = index_path_, .entry = std::string(entry)});
   }
 
+  // TensorFlow's int32 fields are read as int64 (tensor_bundle.proto): one
+  // past 32 bits is refused instead of truncated.
+  void check_int32(int64_t value, std::string_view field, std::string_view entry = {}) const {
+    if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+      fail_index(std::string(field) + " " + std::to_string(value) + " does not fit its declared int32", entry);
+    }
+  }
+
   void read_header(const std::string& bytes) {
     BundleHeaderProto header;
     if (!header.ParseFromString(bytes)) fail_index("the header is not a valid BundleHeaderProto");
+    check_int32(header.num_shards(), "the header's num_shards");
+    check_int32(header.endianness(), "the header's endianness");
+    check_int32(header.version().producer(), "the header's version.producer");
+    check_int32(header.version().min_consumer(), "the header's version.min_consumer");
+    for (int64_t bad : header.version().bad_consumers()) check_int32(bad, "the header's version.bad_consumers");
     if (header.num_shards() <= 0) {
       fail_index("the header's num_shards is " + std::to_string(header.num_shards()) + "; must be at least 1");
     }
@@ -123,8 +144,59 @@ class Reader {
                      std::to_string(kBundleVersion),
                  {}, ErrorCode::kUnsupported);
     }
-    num_shards_ = header.num_shards();
+    num_shards_ = static_cast<int>(header.num_shards());
     skeleton_ = header.ckpt_tree();
+    shard_records_.assign(header.ckpt_shards().begin(), header.ckpt_shards().end());
+    if (!shard_records_.empty() && shard_records_.size() != static_cast<size_t>(num_shards_)) {
+      fail_index("ckpt's record lists " + std::to_string(shard_records_.size()) + " data shards, num_shards is " +
+                 std::to_string(num_shards_));
+    }
+  }
+
+  // The message of a shard that belongs to another save than the .index.
+  std::string torn(const detail::MappedFile& file, const std::string& fact) const {
+    return "data shard " + file.path().filename().string() + " " + fact +
+           ": the two are from different saves (an overwrite of this prefix interrupted between the renames of "
+           "its data and its .index)";
+  }
+
+  // With ckpt's record (extras): every shard has the recorded size and ends
+  // with the recorded digest, read from its last 16 bytes only.
+  void check_shard_records() {
+    for (size_t id = 0; id < shard_records_.size(); ++id) {
+      const tf::CkptShard& record = shard_records_[id];
+      const detail::MappedFile& file = shard(static_cast<int>(id), {});
+      const std::string index = index_path_.filename().string();
+      const auto throw_torn = [&](const std::string& fact) {
+        throw Error(ErrorCode::kCorrupt, torn(file, fact), {.path = file.path()});
+      };
+      if (file.size() != record.size()) {
+        throw_torn("has " + std::to_string(file.size()) + " bytes where " + index + " records " +
+                   std::to_string(record.size()));
+      }
+      const std::optional<uint64_t> digest = trailer_digest(file.bytes());
+      if (!digest) throw_torn("ends without ckpt's trailer where " + index + " records one");
+      if (*digest != record.digest()) {
+        throw_torn("has the trailer digest " + detail::hex_digits(*digest, 16) + " where " + index + " records " +
+                   detail::hex_digits(record.digest(), 16));
+      }
+    }
+  }
+
+  // Without a record (TensorFlow's bundles, ckpt's without extras): a shard
+  // that ends with ckpt's trailer after every entry's bytes was written with
+  // a record, so this .index belongs to another save.
+  void check_no_trailers() const {
+    for (const auto& [id, file] : shards_) {
+      const auto end = data_end_.find(id);
+      const uint64_t used = end == data_end_.end() ? 0 : end->second;
+      if (file->size() < kShardTrailerSize || used > file->size() - kShardTrailerSize) continue;
+      if (trailer_digest(file->bytes())) {
+        throw Error(ErrorCode::kCorrupt,
+                    torn(*file, "ends with ckpt's trailer where " + index_path_.filename().string() + " records none"),
+                    {.path = file->path()});
+      }
+    }
   }
 
   Entry read_entry(const std::string& key, const std::string& bytes) {
@@ -132,7 +204,7 @@ class Reader {
     entry.key = key;
     BundleEntryProto& proto = entry.proto;
     if (!proto.ParseFromString(bytes)) fail_index("the entry is not a valid BundleEntryProto", key);
-    const int code = proto.dtype();
+    const int64_t code = proto.dtype();
     if (code != kDtString) {
       entry.dtype = dtype_from_tf(code);
       if (!entry.dtype) {
@@ -146,6 +218,8 @@ class Reader {
     if (proto.shape().unknown_rank()) fail_index("the shape has unknown rank", key);
     for (const TensorShapeProto::Dim& dim : proto.shape().dim()) {
       if (dim.size() < 0) fail_index("shape dimension " + std::to_string(dim.size()) + " is negative", key);
+      // TensorFlow declares the name a string (UTF-8); ckpt reads it as bytes.
+      if (!detail::valid_utf8(dim.name())) fail_index("a shape dimension's name is not valid UTF-8", key);
       entry.shape.push_back(dim.size());
     }
     const size_t element_size = entry.dtype ? dtype_size(*entry.dtype) : 1;
@@ -194,6 +268,7 @@ class Reader {
       for (int d = 0; d < slice.extent_size(); ++d) {
         const TensorSliceProto::Extent& extent = slice.extent(d);
         const int64_t length = extent.has_length() ? extent.length() : -1;
+        if (length < -1) fail_index("a slice's length " + std::to_string(length) + " is negative", entry.key);
         const int64_t dim = entry.shape[static_cast<size_t>(d)];
         const bool inside = length < 0 ? extent.start() == 0
                                        : extent.start() >= 0 && extent.start() <= dim && length <= dim - extent.start();
@@ -247,15 +322,21 @@ class Reader {
 
   void read_value(Entry& entry) {
     const BundleEntryProto& proto = entry.proto;
-    const detail::MappedFile& file = shard(proto.shard_id(), entry.key);
+    const int id = static_cast<int>(proto.shard_id());
+    const detail::MappedFile& file = shard(id, entry.key);
     const auto offset = static_cast<uint64_t>(proto.offset());
     const auto size = static_cast<uint64_t>(proto.size());
-    if (offset > file.size() || size > file.size() - offset) {
+    // With ckpt's record the trailer is no tensor's.
+    const uint64_t data_size = shard_records_.empty() ? file.size() : file.size() - kShardTrailerSize;
+    if (offset > data_size || size > data_size - offset) {
       throw Error(ErrorCode::kCorrupt,
                   "bytes [" + std::to_string(offset) + ", +" + std::to_string(size) + ") run past the shard's " +
-                      std::to_string(file.size()) + " bytes",
+                      std::to_string(data_size) + " bytes of data (is " + index_path_.filename().string() +
+                      " from another save?)",
                   {.path = file.path(), .entry = entry.key, .offset = offset});
     }
+    uint64_t& end = data_end_[id];
+    end = std::max(end, offset + size);
     const std::span<const std::byte> bytes = file.bytes().subspan(static_cast<size_t>(offset), static_cast<size_t>(size));
     auto check_crc = [&](uint32_t actual) {
       if (actual != entry.crc) {
@@ -321,7 +402,7 @@ class Reader {
       tree = detail::tree_from_json(skeleton_, [&](std::string_view key) {
         const auto it = by_key.find(key);
         if (it == by_key.end() || !it->second->dtype) {
-          throw Error(ErrorCode::kCorrupt, "ckpt's tree names '" + std::string(key) + "', which is no tensor entry");
+          throw Error(ErrorCode::kCorrupt, "ckpt's tree names " + detail::quoted(key) + ", which is no tensor entry");
         }
         resolved.push_back(it->second);
         return it->second->value.tensor();
@@ -370,6 +451,8 @@ class Reader {
   int num_shards_ = 0;
   std::map<int, std::shared_ptr<const detail::MappedFile>> shards_;
   std::string skeleton_;  // ckpt's extras; empty if none
+  std::vector<tf::CkptShard> shard_records_;  // ckpt's extras; empty if none
+  std::map<int, uint64_t> data_end_;  // by shard: the end of the last entry's bytes
   std::map<std::string, std::vector<Entry>> slice_parts_;  // by tensor name, in key order
   std::unordered_map<const Entry*, const Tree*> leaf_of_;
 };

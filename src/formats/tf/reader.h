@@ -17,8 +17,14 @@ bool detect_index(std::span<const std::byte> head, uint64_t file_size);
 
 // Reads the bundle that `path` names (see find_prefix in paths.h): the
 // .index table (every block's CRC checked), the header (shards, endianness,
-// version) and every entry (dtype, shape, shard, offset, size) validated
-// against the shards' real sizes. Numeric tensors are views of the mapped
+// version; TensorFlow's int32 fields refused past 32 bits) and every entry
+// (a UTF-8 name, dtype, shape, shard, offset, size) validated against the
+// shards' real sizes. When the header holds ckpt's shard record (extras),
+// every shard's size and trailer digest are checked first (16 bytes read per
+// shard): a shard of another save beside this .index (a torn overwrite) is
+// kCorrupt naming the shard as the file and the .index in the message;
+// without a record, a shard ending with ckpt's trailer is refused the same
+// way (shard_trailer.h). Numeric tensors are views of the mapped
 // data shards (zero-copy); DT_STRING tensors are decoded (their lengths'
 // CRC always checked): a scalar becomes a Bytes leaf, a tensor of rank r
 // r nested lists of Bytes. The tree: ckpt's skeleton when the header holds

@@ -14,6 +14,7 @@
 #include "formats/tf/layout.h"
 #include "formats/tf/names.h"
 #include "formats/tf/paths.h"
+#include "formats/tf/shard_trailer.h"
 #include "formats/tf/strings.h"
 #include "formats/tf/tensor_bundle.pb.h"
 #include "formats/tree_json.h"
@@ -67,7 +68,12 @@ class Writer {
     std::vector<std::unique_ptr<detail::AtomicFile>> shards = write_shards(num_shards);
     detail::AtomicFile index(index_path(prefix_), {.fsync = options_.fsync});
     write_index(index, tree, num_shards);
-    for (auto& shard : shards) shard->commit();
+    // The renames back to back, nothing synced between them (the index's
+    // commit syncs the directory for all): a kill between the shards' and
+    // the index's renames (old index, new data) has a window of a few
+    // renames, not of fsyncs.
+    index.seal();
+    for (auto& shard : shards) shard->commit({.sync_directory = false});
     index.commit();
     // The new .index names none of the shards of an earlier bundle of
     // another shard count at this prefix: remove them.
@@ -267,8 +273,14 @@ class Writer {
     for (int shard = 0; shard < num_shards; ++shard) {
       auto file = std::make_unique<detail::AtomicFile>(shard_path(prefix_, shard, num_shards),
                                                        detail::AtomicFileOptions{.fsync = options_.fsync});
-      file->resize(shard_sizes_[static_cast<size_t>(shard)]);
+      const uint64_t data_size = shard_sizes_[static_cast<size_t>(shard)];
+      file->resize(data_size + (options_.extras ? kShardTrailerSize : 0));
       file->write_parallel(spans[static_cast<size_t>(shard)], options_.threads);
+      if (options_.extras) {  // after the data: the digest needs every CRC
+        const uint64_t digest = shard_digest(extents_of(shard));
+        file->write_at(shard_trailer(digest), data_size);
+        shard_records_.push_back({data_size + kShardTrailerSize, digest});
+      }
       file->seal();
       files.push_back(std::move(file));
     }
@@ -276,6 +288,16 @@ class Writer {
       if (item.tied_to != SIZE_MAX) item.crc = items_[item.tied_to].crc;
     }
     return files;
+  }
+
+  // What shard `shard` stores, by offset (the writer's order): its trailer's digest.
+  std::vector<ShardExtent> extents_of(int shard) const {
+    std::vector<ShardExtent> extents;
+    for (const Item& item : items_) {
+      if (item.tied_to != SIZE_MAX || item.shard != shard) continue;
+      extents.push_back({static_cast<uint64_t>(item.offset), item.bytes.size(), item.crc});
+    }
+    return extents;
   }
 
   // The tree's skeleton, tensors named by their keys.
@@ -295,7 +317,7 @@ class Writer {
   void write_index(detail::AtomicFile& file, const Tree& tree, int num_shards) {
     std::vector<IndexRecord> records;
     records.reserve(items_.size() + 1);
-    records.push_back(header_record(num_shards, options_.extras ? skeleton(tree) : std::string()));
+    records.push_back(header_record(num_shards, options_.extras ? skeleton(tree) : std::string(), shard_records_));
     std::vector<size_t> by_key(items_.size());
     for (size_t i = 0; i < by_key.size(); ++i) by_key[i] = i;
     std::sort(by_key.begin(), by_key.end(), [&](size_t a, size_t b) { return items_[a].key < items_[b].key; });
@@ -320,14 +342,20 @@ class Writer {
   bool object_based_ = false;
   std::vector<Item> items_;
   std::deque<std::string> strings_;  // stable addresses
-  std::vector<uint64_t> shard_sizes_;  // bytes of each data shard
+  std::vector<uint64_t> shard_sizes_;  // bytes of each data shard (without a trailer)
+  std::vector<ShardRecord> shard_records_;  // with extras: each shard's size and trailer digest
 };
 
 }  // namespace
 
-IndexRecord header_record(int num_shards, const std::string& skeleton) {
+IndexRecord header_record(int num_shards, const std::string& skeleton, const std::vector<ShardRecord>& shards) {
   BundleHeaderProto header;
   header.set_ckpt_tree(skeleton);
+  for (const ShardRecord& shard : shards) {
+    tf::CkptShard* record = header.add_ckpt_shards();
+    record->set_size(shard.size);
+    record->set_digest(shard.digest);
+  }
   header.set_num_shards(num_shards);
   header.set_endianness(kLittleEndian);
   header.mutable_version()->set_producer(kBundleVersion);

@@ -3,6 +3,7 @@
 // more data shards.
 // Layout: docs/formats/tf.md.
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -28,8 +29,10 @@ namespace ckpt::tf_detail {
 // top; integer keys and list positions in decimal).
 // With options.extras the header also holds the tree's skeleton (a field
 // TensorFlow skips), so any tree reads back equal: numbers, none, empty
-// containers and other lists live there only. Without extras the .index
-// bytes equal TensorFlow's for the same entries.
+// containers and other lists live there only, and every shard ends with a
+// 16-byte trailer that the header records (shard_trailer.h): a torn
+// overwrite is then found at open. Without extras the .index and data bytes
+// equal TensorFlow's for the same entries.
 // The prefix's directory is created if missing (as TensorFlow's
 // BundleWriter does). Every file is written in full under a temporary name
 // (AtomicFile) before any is renamed: the data shards first, in order, the
@@ -37,8 +40,9 @@ namespace ckpt::tf_detail {
 // temporary; a new prefix appears (its .index) only when complete.
 // Overwriting an existing prefix is atomic per file, not as a whole: a crash
 // between the renames leaves the old .index beside new data of the same
-// shard count, which its CRCs then reject (an old bundle of another shard
-// count stays whole: its shards have other names). After the .index is
+// shard count, which the reader refuses by the trailers (with extras) and
+// `verify` by the CRCs (an old bundle of another shard count stays whole:
+// its shards have other names). After the .index is
 // renamed, the shards of an earlier bundle of another shard count at PREFIX
 // are removed (paths.h remove_stale_shards).
 // Afterwards the prefix's directory's `checkpoint` state file names this
@@ -51,8 +55,14 @@ namespace ckpt::tf_detail {
 // file system.
 void write_bundle(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);
 
+// What the header records of one data shard written with extras.
+struct ShardRecord {
+  uint64_t size = 0;    // bytes, trailer included
+  uint64_t digest = 0;  // the trailer's (shard_trailer.h)
+};
+
 // The header record (key "") as BundleWriter writes it, plus ckpt's
-// skeleton when not empty.
-IndexRecord header_record(int num_shards, const std::string& skeleton);
+// skeleton when not empty and its record of the shards when given.
+IndexRecord header_record(int num_shards, const std::string& skeleton, const std::vector<ShardRecord>& shards = {});
 
 }  // namespace ckpt::tf_detail

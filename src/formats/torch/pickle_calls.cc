@@ -77,10 +77,10 @@ PickleValue* Machine::make_global(std::string_view module, std::string_view name
   const std::string full = std::string(module) + "." + std::string(name);
   if (!info) {
     if (std::optional<std::string> why = unsupported_torch_global(module, name)) {
-      fail(*why + " ('" + full + "')", ErrorCode::kUnsupported);
+      fail(*why + " (" + detail::quoted(full) + ")", ErrorCode::kUnsupported);
     }
-    fail("refused global '" + full +
-             "': ckpt reads tensors and plain values only and never imports or calls code from a checkpoint",
+    fail("refused global " + detail::quoted(full) +
+             ": ckpt reads tensors and plain values only and never imports or calls code from a checkpoint",
          ErrorCode::kUnsupported);
   }
   PickleValue* object = make_text(Kind::kGlobal, full);
@@ -142,7 +142,7 @@ PickleValue* Machine::call(PickleValue* callable, PickleValue* args) {
         return make_text(Kind::kBytes, std::move(bytes));
       }
       if (encoding == "utf-8" || encoding == "utf8") return make_text(Kind::kBytes, items[0]->text);
-      fail(callable->text + ": encoding '" + encoding + "' is not supported", ErrorCode::kUnsupported);
+      fail(callable->text + ": encoding " + detail::quoted(encoding) + " is not supported", ErrorCode::kUnsupported);
     }
     case Global::kSize: {
       const auto& items = arguments(args, "torch.Size", 0, 1);
@@ -167,7 +167,7 @@ PickleValue* Machine::call(PickleValue* callable, PickleValue* args) {
       const auto& items = arguments(args, "torch.serialization._get_layout", 1, 1);
       if (items[0]->kind != Kind::kStr) fail("_get_layout: name is not a string");
       if (items[0]->text != "torch.strided") {
-        fail("tensor layout '" + items[0]->text + "' is not supported", ErrorCode::kUnsupported);
+        fail("tensor layout " + detail::quoted(items[0]->text) + " is not supported", ErrorCode::kUnsupported);
       }
       return items[0];
     }
@@ -199,9 +199,9 @@ PickleValue* Machine::call(PickleValue* callable, PickleValue* args) {
     }
     case Global::kTensorType:
     case Global::kStorageType:
-    case Global::kDType: fail("call of '" + callable->text + "' is not supported", ErrorCode::kUnsupported);
+    case Global::kDType: fail("call of " + detail::quoted(callable->text) + " is not supported", ErrorCode::kUnsupported);
   }
-  fail("call of '" + callable->text + "'");
+  fail("call of " + detail::quoted(callable->text));
 }
 
 PickleValue* Machine::rebuild_tensor(Global which, PickleValue* args) {
@@ -252,8 +252,8 @@ PickleValue* Machine::rebuild_tensor(Global which, PickleValue* args) {
         } else if (key->kind == Kind::kStr && key->text == "neg") {
           tensor.neg = on;
         } else {
-          fail("tensor metadata '" + (key->kind == Kind::kStr ? key->text : std::string("?")) +
-                   "' is not supported",
+          fail("tensor metadata " + (key->kind == Kind::kStr ? detail::quoted(key->text) : std::string("'?'")) +
+                   " is not supported",
                ErrorCode::kUnsupported);
         }
       }
@@ -295,7 +295,7 @@ PickleValue* Machine::persistent_load(PickleValue* pid) {
   uint32_t index = 0;
   if (auto found = result_.storage_index.find(key); found != result_.storage_index.end()) {
     index = found->second;
-    if (result_.storages[index].dtype != type->dtype) fail("storage '" + key + "' is used with two types");
+    if (result_.storages[index].dtype != type->dtype) fail("storage " + detail::quoted(key) + " is used with two types");
   } else {
     index = static_cast<uint32_t>(result_.storages.size());
     result_.storages.push_back({.key = key, .dtype = type->dtype, .numel = static_cast<uint64_t>(numel),

@@ -193,7 +193,7 @@ class Machine {
     if (text.empty()) fail(std::string("empty ") + what);
     for (char c : text) {
       if (c < '0' || c > '9' || value > (std::numeric_limits<uint64_t>::max() - 9) / 10) {
-        fail(std::string("bad ") + what + " '" + std::string(text.substr(0, 32)) + "'");
+        fail(std::string("bad ") + what + " " + detail::quoted(text, {.max_bytes = 32}));
       }
       value = value * 10 + static_cast<uint64_t>(c - '0');
     }

@@ -74,7 +74,7 @@ class TreeBuilder {
       case Kind::kStorage: throw Error(ErrorCode::kUnsupported, "a bare storage (not a tensor) is not supported");
       case Kind::kGlobal:
         if (object->global == Global::kDType) return Tree(object->text);  // "torch.float32"
-        throw Error(ErrorCode::kUnsupported, "value '" + object->text + "' is not data");
+        throw Error(ErrorCode::kUnsupported, "value " + detail::quoted(object->text) + " is not data");
       case Kind::kTuple:
       case Kind::kList:
       case Kind::kSet: {
@@ -94,6 +94,7 @@ class TreeBuilder {
           const PickleValue* key = object->items[i];
           Key tree_key;
           if (key->kind == Kind::kStr) {
+            detail::require_utf8_name(key->text);
             tree_key = key->text;
           } else if (key->kind == Kind::kInt) {
             tree_key = key->integer;
@@ -207,14 +208,14 @@ class TensorMaker {
       try {
         numel = checked_numel(ref.shape, element_size);
       } catch (const Error& error) {
-        throw Error(ErrorCode::kCorrupt, error.message() + " (storage '" + storage_ref.key + "')");
+        throw Error(ErrorCode::kCorrupt, error.message() + " (storage " + detail::quoted(storage_ref.key) + ")");
       }
       const uint64_t storage_elements = storage->bytes.size() / element_size;
       if (numel != 0 && (ref.offset > storage_elements || numel > storage_elements - ref.offset)) {
         throw Error(ErrorCode::kCorrupt, "tensor view (offset " + std::to_string(ref.offset) + ", " +
                                              std::to_string(numel) + " elements) reaches past its storage of " +
-                                             std::to_string(storage_elements) + " elements (storage '" +
-                                             storage_ref.key + "', " + std::string(dtype_name(ref.dtype)) + ")");
+                                             std::to_string(storage_elements) + " elements (storage " +
+                                             detail::quoted(storage_ref.key) + ", " + std::string(dtype_name(ref.dtype)) + ")");
       }
       if (numel != 0) buffer = storage->bytes.slice(ref.offset * element_size, numel * element_size);
     } else {
@@ -226,7 +227,7 @@ class TensorMaker {
       try {
         detail::checked_view_extent(layout);
       } catch (Error& error) {
-        throw Error(error.code(), error.message() + " (storage '" + storage_ref.key + "', " +
+        throw Error(error.code(), error.message() + " (storage " + detail::quoted(storage_ref.key) + ", " +
                                       std::string(dtype_name(ref.dtype)) + ")");
       }
       buffer = detail::view_buffer(std::move(layout));
@@ -248,7 +249,7 @@ uint64_t storage_nbytes(const StorageRef& storage) {
   const uint64_t element_size = storage.dtype ? dtype_size(*storage.dtype) : 1;
   uint64_t nbytes = 0;
   if (__builtin_mul_overflow(storage.numel, element_size, &nbytes)) {
-    throw Error(ErrorCode::kCorrupt, "storage '" + storage.key + "' declares an impossible size");
+    throw Error(ErrorCode::kCorrupt, "storage " + detail::quoted(storage.key) + " declares an impossible size");
   }
   return nbytes;
 }
@@ -336,7 +337,7 @@ Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOpti
     if (order == kBigEndian) {
       big_endian = true;
     } else if (order != kLittleEndian) {
-      throw Error(ErrorCode::kCorrupt, "byteorder is '" + order.substr(0, 16) + "', not 'little' or 'big'",
+      throw Error(ErrorCode::kCorrupt, "byteorder is " + detail::quoted(order, {.max_bytes = 16}) + ", not 'little' or 'big'",
                   {.entry = byteorder->name});
     }
   }
@@ -424,11 +425,11 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
     if (key->kind != Kind::kStr) throw Error(ErrorCode::kCorrupt, "storage key is not a string");
     const auto found = pickle.storage_index.find(key->text);
     if (found == pickle.storage_index.end()) {
-      throw Error(ErrorCode::kCorrupt, "storage '" + key->text + "' is listed but never used", {.offset = position});
+      throw Error(ErrorCode::kCorrupt, "storage " + detail::quoted(key->text) + " is listed but never used", {.offset = position});
     }
     const StorageRef& ref = pickle.storages[found->second];
     if (all.size() - position < 8) {
-      throw Error(ErrorCode::kCorrupt, "file ends before storage '" + ref.key + "'", {.offset = position});
+      throw Error(ErrorCode::kCorrupt, "file ends before storage " + detail::quoted(ref.key), {.offset = position});
     }
     uint64_t count = 0;  // in the file's byte order
     for (size_t k = 0; k < 8; ++k) {
@@ -439,7 +440,7 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
     if (count != ref.numel || __builtin_mul_overflow(count, element_size, &nbytes) ||
         nbytes > all.size() - position - 8) {
       throw Error(ErrorCode::kCorrupt,
-                  "storage '" + ref.key + "' holds " + std::to_string(count) + " elements where " +
+                  "storage " + detail::quoted(ref.key) + " holds " + std::to_string(count) + " elements where " +
                       std::to_string(ref.numel) + " are declared, or runs past the end of the file",
                   {.offset = position});
     }
@@ -453,7 +454,7 @@ Contents read_legacy(std::shared_ptr<const detail::MappedFile> file, const LoadO
                 {.offset = position});
   }
   auto load = [&](uint32_t index) {
-    if (!seen[index]) throw Error(ErrorCode::kCorrupt, "storage '" + pickle.storages[index].key + "' has no data");
+    if (!seen[index]) throw Error(ErrorCode::kCorrupt, "storage " + detail::quoted(pickle.storages[index].key) + " has no data");
     return storages[index];
   };
   TensorMaker maker(pickle, big_endian, load);

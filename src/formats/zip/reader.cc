@@ -347,7 +347,7 @@ void ZipReader::read_local_headers() {
                                    static_cast<size_t>(std::min<uint64_t>(name_length, directory_offset_ - at -
                                                                                            kLocalHeaderSize)));
       const std::string decoded = (entry.flags & kFlagUtf8) ? std::string(shown) : cp437_to_utf8(shown);
-      corrupt(file, "local header names the entry '" + decoded + "' instead", at + kLocalHeaderSize, entry.name);
+      corrupt(file, "local header names the entry " + detail::quoted(decoded) + " instead", at + kLocalHeaderSize, entry.name);
     }
     if (load_u16(header + local::kMethod) != entry.method) {
       corrupt(file, "local header's compression method " + std::to_string(load_u16(header + local::kMethod)) +
@@ -385,7 +385,7 @@ void ZipReader::check_no_overlap() const {
     const ZipEntry& previous = *by_offset[i - 1];
     const ZipEntry& next = *by_offset[i];
     if (previous.data_offset + previous.compressed_size > next.local_header_offset) {
-      corrupt(*file_, "entry overlaps entry '" + previous.name + "'", next.local_header_offset, next.name);
+      corrupt(*file_, "entry overlaps entry " + detail::quoted(previous.name), next.local_header_offset, next.name);
     }
   }
 }
