@@ -27,10 +27,10 @@ constexpr long kBytesPerFileByte = 64;
 
 // {"a": [None] * count} as a torch zip.
 std::string torch_nones(size_t count) {
-  std::string pickle = "\x80\x02}q\x00X\x01\x00\x00\x00aq\x01](";
-  pickle.append(count, 'N');
-  pickle += "es.";
-  return testing::torch_zip(pickle, {}).bytes;
+  testing::Pkl pickle(2);
+  pickle.empty_dict().binput(0).str("a").binput(1).empty_list().mark();
+  pickle.raw(std::string(count, 'N'));
+  return testing::torch_zip(pickle.appends().setitem().stop().bytes(), {}).bytes;
 }
 
 // {"a": [nil] * count} as msgpack (map 1, str "a", array 32).
