@@ -6,6 +6,7 @@
 // not a checkpoint: it is never saved.
 
 #include <filesystem>
+#include <ostream>
 #include <string>
 
 #include "ckpt/diff.h"
@@ -53,6 +54,12 @@ Tree formats_document();
 // the strings "nan", "inf", "-inf", bytes as {"bytes_base64": "<base64>"},
 // a tensor as {"tensor": {"dtype": str, "shape": [int...]}} (never its bytes).
 std::string to_json(const Tree& document);
+
+// Writes to_json(contents_document(path, contents)) to `out` (the same text),
+// without building the document's "values": the leaves are written as the
+// tree is walked and the text goes out in pieces, so that memory does not
+// grow with the number of leaves (a file of 4M Nones).
+void write_contents_json(std::ostream& out, const std::filesystem::path& path, const Contents& contents);
 
 // A leaf for people (the CLI's tables): as to_json() writes it, except bytes
 // as "bytes[N] 0a1b2c…" (the first 16 in hex) and a tensor as its dtype and

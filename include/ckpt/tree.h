@@ -14,7 +14,10 @@
 // plus "\#N" should that still collide. See leaves().
 
 #include <cstdint>
+#include <compare>
+#include <cstddef>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -55,19 +58,28 @@ struct Bytes {
   bool operator==(const Bytes&) const = default;
 };
 
-struct TreeEntry;
+class Tree;
+
+// One child of a map (key is the map key) or a list (key is the position),
+// as Tree::entries() presents it: the key by value (list positions are not
+// stored, so a list's keys are made as they are read), the child by
+// reference into the tree (valid while the container is not changed).
+struct TreeEntry {
+  Key key;
+  const Tree& value;
+};
 
 class Tree {
  public:
-  enum class Kind { kNone, kBool, kInt, kFloat, kString, kBytes, kTensor, kMap, kList };
+  enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kString, kBytes, kTensor, kMap, kList };
 
   // Leaves.
-  Tree();  // none
-  Tree(std::nullptr_t);
-  Tree(bool value);
-  Tree(int value) : Tree(static_cast<int64_t>(value)) {}
-  Tree(int64_t value);
-  Tree(double value);
+  Tree() noexcept = default;  // none
+  Tree(std::nullptr_t) noexcept {}
+  Tree(bool value) noexcept : kind_(Kind::kBool) { value_.boolean = value; }
+  Tree(int value) noexcept : Tree(static_cast<int64_t>(value)) {}
+  Tree(int64_t value) noexcept : kind_(Kind::kInt) { value_.integer = value; }
+  Tree(double value) noexcept : kind_(Kind::kFloat) { value_.real = value; }
   Tree(std::string value);
   Tree(const char* value) : Tree(std::string(value)) {}
   Tree(Bytes value);
@@ -76,11 +88,15 @@ class Tree {
   static Tree map();
   static Tree list();
 
+  // Copies share a string's or bytes' payload (immutable, reference
+  // counted: a copy of a string leaf costs no copy of its text, as a pickle's
+  // memo shares one str among all its references); tensors and containers
+  // are copied (a tensor's copy shares its buffer).
   Tree(const Tree& other);
-  Tree(Tree&& other) noexcept;
+  Tree(Tree&& other) noexcept : kind_(other.kind_), value_(other.value_) { other.kind_ = Kind::kNone; }
   Tree& operator=(const Tree& other);
   Tree& operator=(Tree&& other) noexcept;
-  ~Tree();
+  ~Tree() { release(); }
 
   Kind kind() const noexcept { return kind_; }
   bool is_map() const noexcept { return kind_ == Kind::kMap; }
@@ -97,12 +113,26 @@ class Tree {
   const Bytes& bytes() const;
   const Tensor& tensor() const;
   Tensor& tensor();
+  // String and bytes leaves: true while another Tree shares this one's
+  // payload (string() / bytes() of both are the same object). False for
+  // other kinds.
+  bool shared() const noexcept;
+
+  // The children of a map or a list in order (none for a leaf): a view with
+  // size(), empty(), operator[], at(), front(), back() and iterators whose
+  // elements are TreeEntry values (bind them as `const TreeEntry&`).
+  class Entries;
 
   // Containers: the number of children (0 for a leaf), and the children in order.
   size_t size() const noexcept;
   // Containers: room for `count` children without reallocation.
   void reserve(size_t count);
-  const std::vector<TreeEntry>& entries() const noexcept;
+  Entries entries() const noexcept;
+  // The child at `position` (< size()) of a map or a list, and its key.
+  const Tree& child(size_t position) const noexcept;
+  Key key_at(size_t position) const;
+  // Map: the key at `position` (< size()) without a copy; nullptr for a list.
+  const Key* map_key(size_t position) const noexcept;
 
   // Map: inserts or replaces `key`, keeping the first insertion's position.
   // Returns the stored child. Throws Error{kInvalidArgument} on a non-map.
@@ -138,6 +168,13 @@ class Tree {
   std::vector<Leaf> leaves() const;
   // Only the tensor leaves, likewise named.
   std::vector<Leaf> tensor_leaves() const;
+  // Calls `fn` on every leaf (or only every tensor leaf) in tree order with
+  // the name leaves() gives it, without keeping the names: memory grows with
+  // the depth of the tree, not with its leaves (except where names collide,
+  // see the file comment: then the names seen are kept to find the later
+  // ones). `name` is valid during the call only.
+  void for_each_leaf(const std::function<void(std::string_view name, const Tree& leaf)>& fn) const;
+  void for_each_tensor_leaf(const std::function<void(std::string_view name, const Tree& leaf)>& fn) const;
   // Calls `fn` on every tensor leaf in tree order, with write access (to
   // swap a tensor for another, e.g. a heap copy).
   void for_each_tensor(const std::function<void(Tensor&)>& fn);
@@ -147,24 +184,82 @@ class Tree {
   bool operator==(const Tree& other) const;
 
  private:
-  using Scalar = std::variant<std::monostate, bool, int64_t, double, std::string, Bytes, Tensor>;
-  // Open-addressing hash index over a large map's entries (positions, not
-  // copies of the keys); small maps are searched linearly.
-  struct Index;
+  // A leaf costs sizeof(Tree) (16 bytes) where it is stored: a kind and an
+  // 8-byte value, inline for none, bool, int and float, else a pointer to
+  // the payload on the heap.
+  template <class T>
+  struct Shared;            // string and bytes: immutable, reference counted
+  struct MapNode;           // keys and children, and a hash index when large
+  struct ListNode;          // children only: positions are not stored
+  union Value {
+    bool boolean;
+    int64_t integer;
+    double real;
+    Shared<std::string>* string;
+    Shared<Bytes>* bytes;
+    Tensor* tensor;
+    MapNode* map;
+    ListNode* list;
+  };
+  void release() noexcept;
   size_t position_of(const Key& key) const noexcept;
   void index_entry(size_t position);
 
   Kind kind_ = Kind::kNone;
-  Scalar scalar_;
-  std::unique_ptr<std::vector<TreeEntry>> children_;  // maps and lists
-  std::unique_ptr<Index> index_;                      // maps with many entries
+  Value value_{.integer = 0};
 };
 
-// One child of a map (key is the map key) or a list (key is the position).
-struct TreeEntry {
-  Key key;
-  Tree value;
+class Tree::Entries {
+ public:
+  class iterator {
+   public:
+    using iterator_category = std::random_access_iterator_tag;
+    using value_type = TreeEntry;
+    using difference_type = std::ptrdiff_t;
+    using reference = TreeEntry;
+    using pointer = void;
+    iterator() = default;
+    iterator(const Tree* tree, size_t position) : tree_(tree), position_(position) {}
+    TreeEntry operator*() const { return {tree_->key_at(position_), tree_->child(position_)}; }
+    TreeEntry operator[](difference_type n) const { return *(*this + n); }
+    iterator& operator++() { ++position_; return *this; }
+    iterator operator++(int) { iterator old = *this; ++position_; return old; }
+    iterator& operator--() { --position_; return *this; }
+    iterator operator--(int) { iterator old = *this; --position_; return old; }
+    iterator& operator+=(difference_type n) { position_ += n; return *this; }
+    iterator& operator-=(difference_type n) { position_ -= n; return *this; }
+    friend iterator operator+(iterator it, difference_type n) { return it += n; }
+    friend iterator operator+(difference_type n, iterator it) { return it += n; }
+    friend iterator operator-(iterator it, difference_type n) { return it -= n; }
+    friend difference_type operator-(const iterator& a, const iterator& b) {
+      return static_cast<difference_type>(a.position_) - static_cast<difference_type>(b.position_);
+    }
+    friend bool operator==(const iterator& a, const iterator& b) { return a.position_ == b.position_; }
+    friend auto operator<=>(const iterator& a, const iterator& b) { return a.position_ <=> b.position_; }
+
+   private:
+    const Tree* tree_ = nullptr;
+    size_t position_ = 0;
+  };
+  using const_iterator = iterator;
+  using value_type = TreeEntry;
+
+  explicit Entries(const Tree* tree) noexcept : tree_(tree) {}
+  size_t size() const noexcept { return tree_->size(); }
+  bool empty() const noexcept { return size() == 0; }
+  iterator begin() const noexcept { return {tree_, 0}; }
+  iterator end() const noexcept { return {tree_, size()}; }
+  TreeEntry operator[](size_t position) const { return {tree_->key_at(position), tree_->child(position)}; }
+  // Throws Error{kNotFound} past the end.
+  TreeEntry at(size_t position) const;
+  TreeEntry front() const { return (*this)[0]; }
+  TreeEntry back() const { return (*this)[size() - 1]; }
+
+ private:
+  const Tree* tree_;
 };
+
+inline Tree::Entries Tree::entries() const noexcept { return Entries(this); }
 
 // "none", "bool", "int", "float", "string", "bytes", "tensor", "map", "list".
 std::string_view tree_kind_name(Tree::Kind kind);

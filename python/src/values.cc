@@ -169,31 +169,53 @@ py::str text_out(const std::string& text) {
   return py::reinterpret_steal<py::str>(str);
 }
 
-py::object value_out_at(const Tree& tree, Framework framework, size_t depth, Converted& converted) {
+// Strings and bytes whose payload the tree shares (a pickle's memoized str
+// referenced many times), by payload address: each becomes one Python
+// object, referenced as often as the tree references it.
+using SharedTexts = std::unordered_map<const void*, py::object>;
+
+py::object leaf_text_out(const Tree& tree) {
+  if (tree.kind() == Tree::Kind::kBytes) return py::bytes(tree.bytes().data);
+  return text_out(tree.string());
+}
+
+py::object shared_text_out(const Tree& tree, SharedTexts& texts) {
+  if (!tree.shared()) return leaf_text_out(tree);
+  const void* payload = tree.kind() == Tree::Kind::kBytes ? static_cast<const void*>(&tree.bytes())
+                                                          : static_cast<const void*>(&tree.string());
+  auto [found, inserted] = texts.try_emplace(payload);
+  if (inserted) found->second = leaf_text_out(tree);
+  return found->second;
+}
+
+py::object value_out_at(const Tree& tree, Framework framework, size_t depth, Converted& converted,
+                        SharedTexts& texts) {
   switch (tree.kind()) {
     case Tree::Kind::kNone: return py::none();
     case Tree::Kind::kBool: return py::bool_(tree.boolean());
     case Tree::Kind::kInt: return py::int_(tree.integer());
     case Tree::Kind::kFloat: return py::float_(tree.real());
-    case Tree::Kind::kString: return text_out(tree.string());
-    case Tree::Kind::kBytes: return py::bytes(tree.bytes().data);
+    case Tree::Kind::kString:
+    case Tree::Kind::kBytes: return shared_text_out(tree, texts);
     case Tree::Kind::kTensor: return tensor_out_once(tree.tensor(), framework, converted);
     case Tree::Kind::kList: {
       py::list list(tree.size());
-      size_t i = 0;
-      for (const TreeEntry& entry : tree.entries()) list[i++] = value_out_at(entry.value, framework, depth + 1, converted);
+      for (size_t i = 0; i < tree.size(); ++i) {
+        list[i] = value_out_at(tree.child(i), framework, depth + 1, converted, texts);
+      }
       return list;
     }
     case Tree::Kind::kMap: {
       py::dict dict;
-      for (const TreeEntry& entry : tree.entries()) {
+      for (size_t i = 0; i < tree.size(); ++i) {
+        const Key& entry_key = *tree.map_key(i);
         py::object key;
-        if (const auto* text = std::get_if<std::string>(&entry.key)) {
+        if (const auto* text = std::get_if<std::string>(&entry_key)) {
           key = text_out(*text);
         } else {
-          key = py::int_(std::get<int64_t>(entry.key));
+          key = py::int_(std::get<int64_t>(entry_key));
         }
-        dict[key] = value_out_at(entry.value, framework, depth + 1, converted);
+        dict[key] = value_out_at(tree.child(i), framework, depth + 1, converted, texts);
       }
       return dict;
     }
@@ -203,7 +225,8 @@ py::object value_out_at(const Tree& tree, Framework framework, size_t depth, Con
 
 py::object value_out(const Tree& tree, Framework framework) {
   Converted converted;
-  return value_out_at(tree, framework, 0, converted);
+  SharedTexts texts;
+  return value_out_at(tree, framework, 0, converted, texts);
 }
 
 // ---------------------------------------------------------------- values in

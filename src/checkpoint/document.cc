@@ -81,9 +81,8 @@ void write_json(detail::JsonWriter& json, const Tree& node) {
   }
 }
 
-}  // namespace
-
-Tree contents_document(const std::filesystem::path& path, const Contents& contents) {
+// The contents document with "values" left empty (filled by the callers).
+Tree contents_skeleton(const std::filesystem::path& path, const Contents& contents) {
   Tree document = Tree::map();
   document.set("path", path.string());
   document.set("format", contents.format);
@@ -104,14 +103,48 @@ Tree contents_document(const std::filesystem::path& path, const Contents& conten
     item.set("checksum", text_or_none(entry.checksum));
     total += entry.nbytes;
   }
-  Tree& values = document.set("values", Tree::map());
-  for (const Tree::Leaf& leaf : contents.tree.leaves()) {
-    if (!leaf.value->is_tensor()) values.set(leaf.name, *leaf.value);
-  }
+  document.set("values", Tree::map());
   Tree& metadata = document.set("metadata", Tree::map());
   for (const auto& [key, value] : contents.metadata) metadata.set(key, value);
   document.set("total_nbytes", static_cast<int64_t>(total));
   return document;
+}
+
+}  // namespace
+
+Tree contents_document(const std::filesystem::path& path, const Contents& contents) {
+  Tree document = contents_skeleton(path, contents);
+  Tree& values = *document.find(Key("values"));
+  contents.tree.for_each_leaf([&](std::string_view name, const Tree& leaf) {
+    if (!leaf.is_tensor()) values.set(std::string(name), leaf);
+  });
+  return document;
+}
+
+void write_contents_json(std::ostream& out, const std::filesystem::path& path, const Contents& contents) {
+  // Written out whenever this much text is waiting.
+  constexpr size_t kPiece = size_t{1} << 20;
+  const Tree document = contents_skeleton(path, contents);
+  detail::JsonWriter json;
+  json.begin_object();
+  for (const TreeEntry& entry : document.entries()) {
+    const std::string& key = std::get<std::string>(entry.key);
+    json.key(key);
+    if (key != "values") {
+      write_json(json, entry.value);
+      continue;
+    }
+    json.begin_object();
+    contents.tree.for_each_leaf([&](std::string_view name, const Tree& leaf) {
+      if (leaf.is_tensor()) return;
+      json.key(name);
+      write_json(json, leaf);
+      if (json.text().size() >= kPiece) out << json.drain();
+    });
+    json.end_object();
+  }
+  json.end_object();
+  out << json.drain();
 }
 
 Tree diff_document(const DiffReport& report, const std::filesystem::path& a, const std::filesystem::path& b,

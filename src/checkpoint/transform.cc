@@ -180,7 +180,7 @@ constexpr size_t kNone = static_cast<size_t>(-1);
 // One step down the source tree: a key and the container that holds it.
 struct PathStep {
   const Tree* container;
-  const Key* key;
+  Key key;
   size_t parent;    // the step above, or kNone
   size_t name_end;  // the dotted name down to this key is name.substr(0, name_end) of any leaf below
 };
@@ -201,7 +201,7 @@ struct SourceTree {
       const size_t mark = name.size();
       if (parent != kNone || mark != 0) name += '.';
       name += key_to_string(entry.key);
-      steps.push_back({&container, &entry.key, parent, name.size()});
+      steps.push_back({&container, entry.key, parent, name.size()});
       if (entry.value.is_container() && entry.value.size() > 0) {
         collect(entry.value, steps.size() - 1, name);
       } else {
@@ -258,7 +258,7 @@ void place_renamed(const std::vector<const PathStep*>& path, const std::string& 
       const size_t dot = std::min(rest.find('.', start), rest.size());
       const std::string_view part = rest.substr(start, dot - start);
       const std::optional<int64_t> number = decimal(part);
-      if (number && std::holds_alternative<int64_t>(*path[kept + t]->key)) {
+      if (number && std::holds_alternative<int64_t>(path[kept + t]->key)) {
         placement.keys.emplace_back(*number);
       } else {
         placement.keys.emplace_back(std::string(part));
@@ -272,13 +272,13 @@ void place_renamed(const std::vector<const PathStep*>& path, const std::string& 
   std::string_view head = rest;
   size_t suffix = 0;
   for (size_t i = path.size(); i > kept; --i) {
-    const std::string key = key_to_string(*path[i - 1]->key);
+    const std::string key = key_to_string(path[i - 1]->key);
     if (head.size() <= key.size() || !head.ends_with(key) || head[head.size() - key.size() - 1] != '.') break;
     head.remove_suffix(key.size() + 1);
     ++suffix;
   }
   placement.keys.emplace_back(std::string(head));
-  for (size_t i = path.size() - suffix; i < path.size(); ++i) placement.keys.push_back(*path[i]->key);
+  for (size_t i = path.size() - suffix; i < path.size(); ++i) placement.keys.push_back(path[i]->key);
 }
 
 struct KeyHash {
@@ -305,7 +305,7 @@ class Builder {
     const size_t copied = placement.renamed ? placement.kept : path.size() - 1;
     size_t node = 0;
     for (size_t d = 0; d < depth; ++d) {
-      const Key& key = d < old_keys ? *path[d]->key : placement.keys[d - old_keys];
+      const Key& key = d < old_keys ? path[d]->key : placement.keys[d - old_keys];
       const bool last = d + 1 == depth;
       if (d >= old_keys || nodes_[node].source != path[d]->container) nodes_[node].altered = true;
       size_t slot = find(node, key);

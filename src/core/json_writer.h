@@ -30,6 +30,13 @@ class JsonWriter {
 
   const std::string& text() const { return out_; }
   std::string take() { return std::move(out_); }
+  // Hands over the text written so far and goes on with an empty buffer
+  // (to write a long document out in pieces).
+  std::string drain() {
+    std::string text;
+    text.swap(out_);
+    return text;
+  }
 
  private:
   void before_value();

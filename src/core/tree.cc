@@ -1,5 +1,6 @@
 #include "ckpt/tree.h"
 
+#include <atomic>
 #include <cstring>
 #include <unordered_set>
 #include <utility>
@@ -41,49 +42,92 @@ size_t hash_key(const Key& key) noexcept {
 
 }  // namespace
 
+namespace {
+
 // Slots hold entry position + 1 (0 = empty); the slot count is a power of two
 // at least twice the number of entries, so probes stay short.
-struct Tree::Index {
+struct Index {
   std::vector<uint32_t> slots;
 };
 
+struct MapEntry {
+  Key key;
+  Tree value;
+};
+
+}  // namespace
+
+template <class T>
+struct Tree::Shared {
+  explicit Shared(T held) : value(std::move(held)) {}
+  std::atomic<uint64_t> references{1};
+  const T value;
+};
+
+struct Tree::MapNode {
+  std::vector<MapEntry> entries;
+  std::unique_ptr<Index> index;  // maps with many entries
+};
+
+struct Tree::ListNode {
+  std::vector<Tree> items;
+};
+
+namespace {
+
+template <class T>
+T* acquire(T* shared) noexcept {
+  shared->references.fetch_add(1, std::memory_order_relaxed);
+  return shared;
+}
+
+template <class T>
+void drop(T* shared) noexcept {
+  if (shared->references.fetch_sub(1, std::memory_order_acq_rel) == 1) delete shared;
+}
+
+}  // namespace
+
 size_t Tree::position_of(const Key& key) const noexcept {
-  const std::vector<TreeEntry>& children = *children_;
-  if (!index_) {
+  const std::vector<MapEntry>& children = value_.map->entries;
+  const Index* index = value_.map->index.get();
+  if (!index) {
     for (size_t i = 0; i < children.size(); ++i) {
       if (children[i].key == key) return i;
     }
     return kNoPosition;
   }
-  const size_t mask = index_->slots.size() - 1;
+  const size_t mask = index->slots.size() - 1;
   for (size_t slot = hash_key(key) & mask;; slot = (slot + 1) & mask) {
-    const uint32_t stored = index_->slots[slot];
+    const uint32_t stored = index->slots[slot];
     if (stored == 0) return kNoPosition;
     if (children[stored - 1].key == key) return stored - 1;
   }
 }
 
 void Tree::index_entry(size_t position) {
-  const size_t count = children_->size();
+  std::vector<MapEntry>& children = value_.map->entries;
+  std::unique_ptr<Index>& index = value_.map->index;
+  const size_t count = children.size();
   if (count < kIndexThreshold) return;
-  if (!index_ || index_->slots.size() < 2 * count) {
+  if (!index || index->slots.size() < 2 * count) {
     // (Re)build with room to grow.
-    if (!index_) index_ = std::make_unique<Index>();
+    if (!index) index = std::make_unique<Index>();
     size_t capacity = 64;
     while (capacity < 4 * count) capacity *= 2;
-    index_->slots.assign(capacity, 0);
+    index->slots.assign(capacity, 0);
     for (size_t i = 0; i < count; ++i) {
       const size_t mask = capacity - 1;
-      size_t slot = hash_key((*children_)[i].key) & mask;
-      while (index_->slots[slot] != 0) slot = (slot + 1) & mask;
-      index_->slots[slot] = static_cast<uint32_t>(i + 1);
+      size_t slot = hash_key(children[i].key) & mask;
+      while (index->slots[slot] != 0) slot = (slot + 1) & mask;
+      index->slots[slot] = static_cast<uint32_t>(i + 1);
     }
     return;
   }
-  const size_t mask = index_->slots.size() - 1;
-  size_t slot = hash_key((*children_)[position].key) & mask;
-  while (index_->slots[slot] != 0) slot = (slot + 1) & mask;
-  index_->slots[slot] = static_cast<uint32_t>(position + 1);
+  const size_t mask = index->slots.size() - 1;
+  size_t slot = hash_key(children[position].key) & mask;
+  while (index->slots[slot] != 0) slot = (slot + 1) & mask;
+  index->slots[slot] = static_cast<uint32_t>(position + 1);
 }
 
 namespace {
@@ -93,108 +137,161 @@ namespace {
 }
 }  // namespace
 
-Tree::Tree() = default;
-Tree::Tree(std::nullptr_t) {}
-Tree::Tree(bool value) : kind_(Kind::kBool), scalar_(value) {}
-Tree::Tree(int64_t value) : kind_(Kind::kInt), scalar_(value) {}
-Tree::Tree(double value) : kind_(Kind::kFloat), scalar_(value) {}
-Tree::Tree(std::string value) : kind_(Kind::kString), scalar_(std::move(value)) {}
-Tree::Tree(Bytes value) : kind_(Kind::kBytes), scalar_(std::move(value)) {}
-Tree::Tree(Tensor value) : kind_(Kind::kTensor), scalar_(std::move(value)) {}
+Tree::Tree(std::string value) : kind_(Kind::kString) { value_.string = new Shared<std::string>(std::move(value)); }
+Tree::Tree(Bytes value) : kind_(Kind::kBytes) { value_.bytes = new Shared<Bytes>(std::move(value)); }
+Tree::Tree(Tensor value) : kind_(Kind::kTensor) { value_.tensor = new Tensor(std::move(value)); }
 
 Tree Tree::map() {
   Tree tree;
+  tree.value_.map = new MapNode();
   tree.kind_ = Kind::kMap;
-  tree.children_ = std::make_unique<std::vector<TreeEntry>>();
   return tree;
 }
 
 Tree Tree::list() {
   Tree tree;
+  tree.value_.list = new ListNode();
   tree.kind_ = Kind::kList;
-  tree.children_ = std::make_unique<std::vector<TreeEntry>>();
   return tree;
 }
 
-Tree::Tree(const Tree& other) : kind_(other.kind_), scalar_(other.scalar_) {
-  if (other.children_) children_ = std::make_unique<std::vector<TreeEntry>>(*other.children_);
-  if (other.index_) index_ = std::make_unique<Index>(*other.index_);
+Tree::Tree(const Tree& other) {
+  switch (other.kind_) {
+    case Kind::kString: value_.string = acquire(other.value_.string); break;
+    case Kind::kBytes: value_.bytes = acquire(other.value_.bytes); break;
+    case Kind::kTensor: value_.tensor = new Tensor(*other.value_.tensor); break;
+    case Kind::kMap: {
+      auto node = std::make_unique<MapNode>();
+      node->entries = other.value_.map->entries;
+      if (other.value_.map->index) node->index = std::make_unique<Index>(*other.value_.map->index);
+      value_.map = node.release();
+      break;
+    }
+    case Kind::kList: value_.list = new ListNode(*other.value_.list); break;
+    default: value_ = other.value_; break;
+  }
+  kind_ = other.kind_;
 }
 
-Tree::Tree(Tree&& other) noexcept = default;
+void Tree::release() noexcept {
+  switch (kind_) {
+    case Kind::kString: drop(value_.string); break;
+    case Kind::kBytes: drop(value_.bytes); break;
+    case Kind::kTensor: delete value_.tensor; break;
+    case Kind::kMap: delete value_.map; break;
+    case Kind::kList: delete value_.list; break;
+    default: break;
+  }
+  kind_ = Kind::kNone;
+}
 
 Tree& Tree::operator=(const Tree& other) {
   if (this != &other) *this = Tree(other);
   return *this;
 }
 
-Tree& Tree::operator=(Tree&& other) noexcept = default;
-Tree::~Tree() = default;
-
+Tree& Tree::operator=(Tree&& other) noexcept {
+  if (this != &other) {
+    // `other` may live inside this node (a child moved over its parent):
+    // take it before releasing.
+    const Kind kind = other.kind_;
+    const Value value = other.value_;
+    other.kind_ = Kind::kNone;
+    release();
+    kind_ = kind;
+    value_ = value;
+  }
+  return *this;
+}
 
 bool Tree::boolean() const {
   if (kind_ != Kind::kBool) wrong_kind("bool", kind_);
-  return std::get<bool>(scalar_);
+  return value_.boolean;
 }
 int64_t Tree::integer() const {
   if (kind_ != Kind::kInt) wrong_kind("int", kind_);
-  return std::get<int64_t>(scalar_);
+  return value_.integer;
 }
 double Tree::real() const {
   if (kind_ != Kind::kFloat) wrong_kind("float", kind_);
-  return std::get<double>(scalar_);
+  return value_.real;
 }
 const std::string& Tree::string() const {
   if (kind_ != Kind::kString) wrong_kind("string", kind_);
-  return std::get<std::string>(scalar_);
+  return value_.string->value;
 }
 const Bytes& Tree::bytes() const {
   if (kind_ != Kind::kBytes) wrong_kind("bytes", kind_);
-  return std::get<Bytes>(scalar_);
+  return value_.bytes->value;
 }
 const Tensor& Tree::tensor() const {
   if (kind_ != Kind::kTensor) wrong_kind("tensor", kind_);
-  return std::get<Tensor>(scalar_);
+  return *value_.tensor;
 }
 Tensor& Tree::tensor() {
   if (kind_ != Kind::kTensor) wrong_kind("tensor", kind_);
-  return std::get<Tensor>(scalar_);
+  return *value_.tensor;
 }
 
-size_t Tree::size() const noexcept { return children_ ? children_->size() : 0; }
+bool Tree::shared() const noexcept {
+  if (kind_ == Kind::kString) return value_.string->references.load(std::memory_order_relaxed) > 1;
+  if (kind_ == Kind::kBytes) return value_.bytes->references.load(std::memory_order_relaxed) > 1;
+  return false;
+}
+
+size_t Tree::size() const noexcept {
+  if (kind_ == Kind::kMap) return value_.map->entries.size();
+  if (kind_ == Kind::kList) return value_.list->items.size();
+  return 0;
+}
 
 void Tree::reserve(size_t count) {
-  if (!is_container()) wrong_kind("map or list", kind_);
-  children_->reserve(count);
+  if (kind_ == Kind::kMap) return value_.map->entries.reserve(count);
+  if (kind_ == Kind::kList) return value_.list->items.reserve(count);
+  wrong_kind("map or list", kind_);
 }
 
-const std::vector<TreeEntry>& Tree::entries() const noexcept {
-  static const std::vector<TreeEntry> kNone;
-  return children_ ? *children_ : kNone;
+const Tree& Tree::child(size_t position) const noexcept {
+  return kind_ == Kind::kMap ? value_.map->entries[position].value : value_.list->items[position];
+}
+
+Key Tree::key_at(size_t position) const {
+  if (kind_ == Kind::kMap) return value_.map->entries[position].key;
+  return static_cast<int64_t>(position);
+}
+
+const Key* Tree::map_key(size_t position) const noexcept {
+  return kind_ == Kind::kMap ? &value_.map->entries[position].key : nullptr;
+}
+
+TreeEntry Tree::Entries::at(size_t position) const {
+  if (position >= size()) throw Error(ErrorCode::kNotFound, "no child at position " + std::to_string(position));
+  return (*this)[position];
 }
 
 Tree& Tree::set(Key key, Tree value) {
   if (kind_ != Kind::kMap) wrong_kind("map", kind_);
+  std::vector<MapEntry>& children = value_.map->entries;
   const size_t position = position_of(key);
   if (position != kNoPosition) {
-    (*children_)[position].value = std::move(value);
-    return (*children_)[position].value;
+    children[position].value = std::move(value);
+    return children[position].value;
   }
-  if (children_->size() >= UINT32_MAX) throw Error(ErrorCode::kInvalidArgument, "map has too many entries");
-  children_->push_back(TreeEntry{std::move(key), std::move(value)});
-  index_entry(children_->size() - 1);
-  return children_->back().value;
+  if (children.size() >= UINT32_MAX) throw Error(ErrorCode::kInvalidArgument, "map has too many entries");
+  children.push_back(MapEntry{std::move(key), std::move(value)});
+  index_entry(children.size() - 1);
+  return children.back().value;
 }
 
 const Tree* Tree::find(const Key& key) const {
   if (kind_ == Kind::kMap) {
     const size_t position = position_of(key);
-    return position == kNoPosition ? nullptr : &(*children_)[position].value;
+    return position == kNoPosition ? nullptr : &value_.map->entries[position].value;
   }
   if (kind_ == Kind::kList) {
     const auto* position = std::get_if<int64_t>(&key);
-    if (position && *position >= 0 && static_cast<size_t>(*position) < children_->size()) {
-      return &(*children_)[static_cast<size_t>(*position)].value;
+    if (position && *position >= 0 && static_cast<size_t>(*position) < value_.list->items.size()) {
+      return &value_.list->items[static_cast<size_t>(*position)];
     }
   }
   return nullptr;
@@ -234,15 +331,16 @@ Tree* Tree::find_key_path(const KeyPath& path) {
 
 Tree& Tree::push_back(Tree value) {
   if (kind_ != Kind::kList) wrong_kind("list", kind_);
-  children_->push_back(TreeEntry{static_cast<int64_t>(children_->size()), std::move(value)});
-  return children_->back().value;
+  std::vector<Tree>& items = value_.list->items;
+  items.push_back(std::move(value));
+  return items.back();
 }
 
 const Tree& Tree::operator[](size_t index) const {
-  if (!is_container() || index >= children_->size()) {
+  if (!is_container() || index >= size()) {
     throw Error(ErrorCode::kNotFound, "no child at position " + std::to_string(index));
   }
-  return (*children_)[index].value;
+  return child(index);
 }
 
 namespace {
@@ -288,57 +386,120 @@ std::string escape_key(const Key& key) {
   return out;
 }
 
-struct LeafCollector {
-  bool tensors_only;
-  std::vector<Tree::Leaf> leaves;
-  std::unordered_set<std::string> taken;
-  std::vector<const Key*> path;
+// Whether two leaves below `node` could get one dotted name. Keys are joined
+// with dots, one between each two, so paths of different lengths make
+// different names and paths of one length make the same name only if some
+// key holds a '.', or a map holds a string key and an integer key that print
+// the same ("1" and 1). Neither: every name is unique as it is.
+bool names_may_collide(const Tree& node) {
+  if (!node.is_container()) return false;
+  if (node.is_map()) {
+    bool integers = false;
+    bool strings = false;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const Key& key = *node.map_key(i);
+      if (const auto* text = std::get_if<std::string>(&key)) {
+        if (text->find('.') != std::string::npos) return true;
+        strings = true;
+      } else {
+        integers = true;
+      }
+    }
+    if (integers && strings) {
+      for (size_t i = 0; i < node.size(); ++i) {
+        const auto* number = std::get_if<int64_t>(node.map_key(i));
+        if (number && node.find(Key(std::to_string(*number)))) return true;
+      }
+    }
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (names_may_collide(node.child(i))) return true;
+  }
+  return false;
+}
 
-  void visit(const Tree& node, const std::string& name) {
+// Walks the leaves depth first, building each name in one string as it goes.
+// Only when names may collide are the names seen kept (to escape the later
+// ones) and the path of keys followed (to write the escaped name).
+struct LeafWalker {
+  bool tensors_only;
+  bool collisions;
+  const std::function<void(std::string_view, const Tree&)>& fn;
+  std::unordered_set<std::string> taken;
+  std::vector<Key> path;
+  std::string name;
+
+  void visit(const Tree& node, size_t depth) {
     if (node.is_container()) {
-      for (const TreeEntry& entry : node.entries()) {
-        path.push_back(&entry.key);
-        const std::string part = key_to_string(entry.key);
-        visit(entry.value, name.empty() && path.size() == 1 ? part : name + "." + part);
-        path.pop_back();
+      for (size_t i = 0; i < node.size(); ++i) {
+        const size_t length = name.size();
+        if (depth > 0) name += '.';
+        const Key* key = node.map_key(i);
+        if (key == nullptr) {
+          name += std::to_string(i);
+        } else if (const auto* text = std::get_if<std::string>(key)) {
+          name += *text;
+        } else {
+          name += std::to_string(std::get<int64_t>(*key));
+        }
+        if (collisions) path.push_back(key ? *key : Key(static_cast<int64_t>(i)));
+        visit(node.child(i), depth + 1);
+        if (collisions) path.pop_back();
+        name.resize(length);
       }
       return;
     }
     if (tensors_only && !node.is_tensor()) return;
+    if (!collisions) return fn(name, node);
     std::string unique = name;
     if (!taken.insert(unique).second) {
       unique.clear();
       for (size_t i = 0; i < path.size(); ++i) {
         if (i) unique += '.';
-        unique += escape_key(*path[i]);
+        unique += escape_key(path[i]);
       }
       const std::string base = unique;
       for (int n = 1; !taken.insert(unique).second; ++n) unique = base + "\\#" + std::to_string(n);
     }
-    leaves.push_back(Tree::Leaf{std::move(unique), &node});
+    fn(unique, node);
   }
 };
 
-enum class Leaves { kAll, kTensorsOnly };
+void walk_leaves(const Tree& tree, bool tensors_only,
+                 const std::function<void(std::string_view, const Tree&)>& fn) {
+  LeafWalker walker{tensors_only, names_may_collide(tree), fn, {}, {}, {}};
+  walker.visit(tree, 0);
+}
 
-std::vector<Tree::Leaf> collect(const Tree& tree, Leaves which) {
-  LeafCollector collector{which == Leaves::kTensorsOnly, {}, {}, {}};
-  collector.visit(tree, "");
-  return std::move(collector.leaves);
+std::vector<Tree::Leaf> collect(const Tree& tree, bool tensors_only) {
+  std::vector<Tree::Leaf> leaves;
+  walk_leaves(tree, tensors_only,
+              [&](std::string_view name, const Tree& leaf) { leaves.push_back({std::string(name), &leaf}); });
+  return leaves;
 }
 
 }  // namespace
 
-std::vector<Tree::Leaf> Tree::leaves() const { return collect(*this, Leaves::kAll); }
-std::vector<Tree::Leaf> Tree::tensor_leaves() const { return collect(*this, Leaves::kTensorsOnly); }
+std::vector<Tree::Leaf> Tree::leaves() const { return collect(*this, false); }
+std::vector<Tree::Leaf> Tree::tensor_leaves() const { return collect(*this, true); }
+
+void Tree::for_each_leaf(const std::function<void(std::string_view, const Tree&)>& fn) const {
+  walk_leaves(*this, false, fn);
+}
+void Tree::for_each_tensor_leaf(const std::function<void(std::string_view, const Tree&)>& fn) const {
+  walk_leaves(*this, true, fn);
+}
 
 void Tree::for_each_tensor(const std::function<void(Tensor&)>& fn) {
   if (kind_ == Kind::kTensor) {
-    fn(std::get<Tensor>(scalar_));
+    fn(*value_.tensor);
     return;
   }
-  if (!children_) return;
-  for (TreeEntry& entry : *children_) entry.value.for_each_tensor(fn);
+  if (kind_ == Kind::kMap) {
+    for (MapEntry& entry : value_.map->entries) entry.value.for_each_tensor(fn);
+  } else if (kind_ == Kind::kList) {
+    for (Tree& item : value_.list->items) item.for_each_tensor(fn);
+  }
 }
 
 const Tree* Tree::find_path(std::string_view name) const {
@@ -374,9 +535,8 @@ bool Tree::operator==(const Tree& other) const {
     case Kind::kList: {
       if (size() != other.size()) return false;
       for (size_t i = 0; i < size(); ++i) {
-        const TreeEntry& a = (*children_)[i];
-        const TreeEntry& b = (*other.children_)[i];
-        if (a.key != b.key || !(a.value == b.value)) return false;
+        if (kind_ == Kind::kMap && *map_key(i) != *other.map_key(i)) return false;
+        if (!(child(i) == other.child(i))) return false;
       }
       return true;
     }

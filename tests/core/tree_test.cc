@@ -190,5 +190,52 @@ TEST(TreeNameTest, NamesJoinWithDotsBelowTheRoot) {
   EXPECT_EQ(join_names(keys), step_by_step) << "one rule";
 }
 
+TEST(TreeTest, LeavesAreSmallAndStringsAreSharedByCopies) {
+  // A none, bool, int or float leaf is its 16 bytes where it is stored.
+  static_assert(sizeof(Tree) <= 16);
+  Tree list = Tree::list();
+  list.push_back(std::string(100, 's'));
+  list.push_back(Bytes{std::string(100, 'b')});
+  const Tree copy = list;
+  EXPECT_EQ(&copy[0].string(), &list[0].string());
+  EXPECT_EQ(&copy[1].bytes(), &list[1].bytes());
+  EXPECT_TRUE(copy[0].shared());
+  EXPECT_EQ(copy, list);
+  // Lists store no keys; entries() makes each position's key.
+  Tree many = Tree::list();
+  for (int i = 0; i < 3; ++i) many.push_back(i * 10);
+  int64_t expected = 0;
+  for (const TreeEntry& entry : many.entries()) {
+    EXPECT_EQ(entry.key, Key(expected));
+    EXPECT_EQ(entry.value.integer(), expected * 10);
+    ++expected;
+  }
+  EXPECT_EQ(many.entries().at(2).key, Key(int64_t{2}));
+  EXPECT_THROW(many.entries().at(3), Error);
+  // Moving a child over its parent keeps the child.
+  Tree nest = Tree::map();
+  nest.set("inner", Tree::list()).push_back(7);
+  nest = std::move(*nest.find(Key("inner")));
+  ASSERT_TRUE(nest.is_list());
+  EXPECT_EQ(nest[0].integer(), 7);
+}
+
+TEST(TreeTest, ForEachLeafNamesAsLeavesDoes) {
+  // Colliding names ("a.b" twice) are escaped in both walks alike.
+  Tree tree = Tree::map();
+  tree.set("a.b", 1);
+  tree.set("a", Tree::map()).set("b", 2);
+  tree.set("l", Tree::list()).push_back(3);
+  std::vector<std::string> walked;
+  tree.for_each_leaf([&](std::string_view name, const Tree&) { walked.emplace_back(name); });
+  std::vector<std::string> listed;
+  for (const Tree::Leaf& leaf : tree.leaves()) listed.push_back(leaf.name);
+  EXPECT_EQ(walked, listed);
+  ASSERT_EQ(listed.size(), 3u);
+  EXPECT_EQ(listed[0], "a.b");
+  EXPECT_NE(listed[1], "a.b");  // escaped, as the file comment of tree.h says
+  EXPECT_EQ(listed[2], "l.0");
+}
+
 }  // namespace
 }  // namespace ckpt

@@ -353,6 +353,31 @@ TEST_F(TorchMalformedTest, SharedReferencesThatExpandExponentially) {
   corrupt(zip_with_pickle(t.setitem().stop()), "expand");
 }
 
+// A 60,000-character str, memoized, then 30,000 BINGETs of it: 120 KB of
+// pickle that spells out 1.8 GB of text. The tree would share the str, but
+// every reference is charged its length: refused, naming the file (checked
+// by error_of) and the position reached, not 1.8 GB of copies.
+std::string memo_bomb() {
+  Pkl p(2);
+  p.empty_list().mark().str(std::string(60000, 'x')).binput(1);
+  for (int i = 0; i < 30000; ++i) p.binget(1);
+  return p.appends().stop();
+}
+
+TEST_F(TorchMalformedTest, MemoizedStringReferencedTooOften) {
+  const Error error = corrupt(zip_with_pickle(memo_bomb()), "expand to more values than the file can hold");
+  EXPECT_FALSE(error.context().entry.empty()) << error.what();
+  // The same as a legacy file's object.
+  const Error legacy = corrupt(testing::legacy_file(memo_bomb(), {}, {}), "expand to more values than the file can hold");
+  EXPECT_FALSE(legacy.context().entry.empty()) << legacy.what();
+  // A memoized dict with a long key, referenced 30,000 times: its keys are
+  // copied with it, and charged likewise.
+  Pkl dict(2);
+  dict.empty_list().mark().empty_dict().str(std::string(60000, 'k')).none().setitem().binput(1);
+  for (int i = 0; i < 30000; ++i) dict.binget(1);
+  corrupt(zip_with_pickle(dict.appends().stop()), "expand to more values than the file can hold");
+}
+
 TEST_F(TorchMalformedTest, ContainerThatContainsItself) {
   // a = []; a.append(a): must fail by the depth limit, not overflow the stack.
   const std::string list = Pkl(2).empty_list().binput(0).binget(0).append().stop();

@@ -505,5 +505,29 @@ TEST(TorchPickleTest, DeepNestingIsNotRecursiveInTheUnpickler) {
   }
 }
 
+TEST(TorchPickleTest, MemoizedStringsAreSharedNotCopied) {
+  // One 1000-character str and one bytes, memoized, then 1000 BINGETs of
+  // each (as torch's pickler writes a str it meets again): every leaf holds
+  // the one payload, none a copy of it.
+  const std::string text(1000, 'w');
+  Pkl p(2);
+  p.empty_list().mark().str(text).binput(1).short_bytes("raw bytes").binput(2);
+  for (int i = 0; i < 1000; ++i) p.binget(1).binget(2);
+  const Tree tree = tree_of(p.appends().stop());
+  ASSERT_EQ(tree.size(), 2002u);
+  const std::string* first_text = &tree[0].string();
+  const Bytes* first_bytes = &tree[1].bytes();
+  EXPECT_EQ(*first_text, text);
+  EXPECT_TRUE(tree[0].shared());
+  for (size_t i = 0; i < tree.size(); i += 2) {
+    ASSERT_EQ(&tree[i].string(), first_text) << i;
+    ASSERT_EQ(&tree[i + 1].bytes(), first_bytes) << i;
+  }
+  // A str that is not memoized (no PUT) is its own leaf each time.
+  const Tree plain = tree_of(Pkl(2).empty_list().mark().str("a").str("a").appends().stop());
+  EXPECT_NE(&plain[0].string(), &plain[1].string());
+  EXPECT_FALSE(plain[0].shared());
+}
+
 }  // namespace
 }  // namespace ckpt

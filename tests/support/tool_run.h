@@ -12,6 +12,7 @@ struct ToolRun {
   int signal = 0;      // the signal that ended it, if one did
   std::string out;
   std::string err;
+  long max_rss_kb = 0;  // the child's peak resident set size (getrusage's ru_maxrss)
 };
 
 // Runs the tool with `arguments` in `directory` (stdin /dev/null), stdout and

@@ -89,7 +89,8 @@ Command add_inspect_command(CLI::App& app) {
           [arguments] {
             const Contents contents = open(arguments->path);
             if (arguments->json) {
-              std::cout << to_json(contents_document(arguments->path, contents)) << '\n';
+              write_contents_json(std::cout, arguments->path, contents);
+              std::cout << '\n';
             } else {
               print_table(arguments->path, contents);
             }

@@ -173,6 +173,7 @@ class Machine {
 
   // Memo.
   void put(uint64_t index, PickleValue* object) {
+    object->memoized = true;
     // Indices beyond the pickle's size cannot come from a sequential writer;
     // they go to a map so that a huge index cannot force a huge vector.
     if (index < size_) {

@@ -118,6 +118,7 @@ struct PickleValue {
   };
   Kind kind = Kind::kNone;
   bool flag = false;          // bool's value; a dict that is an OrderedDict
+  bool memoized = false;      // stored in the memo (PUT, MEMOIZE): GETs may share it
   Global global = Global::kOrderedDict;  // kGlobal
   std::optional<DType> dtype;            // kGlobal: kDType or typed kStorageType
   int64_t integer = 0;        // kInt; kStorage/kTensor: index into storages/tensors

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <unordered_map>
 
 #include "ckpt/error.h"
 #include "core/checksum.h"
@@ -20,9 +21,22 @@ namespace {
 using Kind = PickleValue::Kind;
 
 constexpr size_t kMaxDepth = 512;
-// Values a pickle may expand to beyond one per byte (shared references make
-// one opcode stand for a whole subtree; legitimate files stay far below).
-constexpr size_t kExpansionSlack = 1 << 16;
+// What a pickle's tree may cost. Shared references (memo GETs) make one
+// opcode stand for a whole subtree, which the tree copies (containers) or
+// shares (strings and bytes, as the pickle does). Every node is charged what
+// it takes in memory (below), and every string, bytes and string key its
+// length at each reference, shared or not (what a JSON or Python rendering
+// of the tree spells out); the whole may cost kTreeBytesPerByte bytes per
+// byte of pickle plus kTreeSlack. A list of Nones, the densest legitimate
+// pickle, costs 16 per byte; a state dict well under 8; repeated short
+// strings ('cpu', dict keys) a few each.
+constexpr uint64_t kTreeBytesPerByte = 32;
+constexpr uint64_t kTreeSlack = uint64_t{4} << 20;
+constexpr uint64_t kNodeCost = sizeof(Tree);              // where the node is stored
+constexpr uint64_t kContainerCost = 64;                   // a map's or list's own node
+constexpr uint64_t kMapEntryCost = sizeof(Key) + 16;      // the key and its index slots
+constexpr uint64_t kPayloadCost = 48;                     // a string's or bytes' own node
+constexpr uint64_t kTensorCost = sizeof(Tensor) + 64;     // its heap node and shape
 
 // Byte-swapped copy of `bytes`, `unit` bytes at a time (big-endian files).
 Buffer swapped(const Buffer& bytes, size_t unit) {
@@ -38,7 +52,7 @@ Buffer swapped(const Buffer& bytes, size_t unit) {
 class TreeBuilder {
  public:
   TreeBuilder(size_t pickle_size, const std::function<Tensor(uint32_t)>& tensor_of)
-      : budget_(pickle_size + kExpansionSlack), tensor_of_(tensor_of) {}
+      : budget_(kTreeBytesPerByte * pickle_size + kTreeSlack), tensor_of_(tensor_of) {}
 
   Tree build(const PickleValue* object) {
     try {
@@ -56,28 +70,48 @@ class TreeBuilder {
     return name;
   }
 
-  Tree convert(const PickleValue* object, size_t depth) {
-    if (budget_ == 0) {
-      throw Error(ErrorCode::kCorrupt, "pickle's shared references expand to more values than the file can hold");
+  void charge(uint64_t bytes) {
+    if (bytes > budget_) {
+      throw Error(ErrorCode::kCorrupt,
+                  "pickle's shared references expand to more values than the file can hold (its tree would take "
+                  "more than " + std::to_string(kTreeBytesPerByte) + " bytes per byte of pickle)");
     }
-    --budget_;
+    budget_ -= bytes;
+  }
+
+  // A string or bytes leaf; one Tree per memoized object, shared by every
+  // reference to it.
+  Tree text(const PickleValue* object, bool bytes) {
+    charge(object->text.size());
+    if (object->memoized) {
+      if (auto found = shared_.find(object); found != shared_.end()) return found->second;
+    }
+    charge(kPayloadCost);
+    Tree leaf = bytes ? Tree(Bytes{object->text}) : Tree(object->text);
+    if (object->memoized) shared_.emplace(object, leaf);
+    return leaf;
+  }
+
+  Tree convert(const PickleValue* object, size_t depth) {
+    charge(kNodeCost);
     if (depth > kMaxDepth) throw Error(ErrorCode::kCorrupt, "values nested deeper than 512 levels (or a cycle)");
     switch (object->kind) {
       case Kind::kNone: return Tree();
       case Kind::kBool: return Tree(object->flag);
       case Kind::kInt: return Tree(object->integer);
       case Kind::kFloat: return Tree(object->real);
-      case Kind::kStr: return Tree(object->text);
-      case Kind::kBytes: return Tree(Bytes{object->text});
+      case Kind::kStr: return text(object, false);
+      case Kind::kBytes: return text(object, true);
       case Kind::kBigInt: throw Error(ErrorCode::kUnsupported, "integer wider than 64 bits");
-      case Kind::kTensor: return Tree(tensor_of_(static_cast<uint32_t>(object->integer)));
+      case Kind::kTensor: charge(kTensorCost); return Tree(tensor_of_(static_cast<uint32_t>(object->integer)));
       case Kind::kStorage: throw Error(ErrorCode::kUnsupported, "a bare storage (not a tensor) is not supported");
       case Kind::kGlobal:
-        if (object->global == Global::kDType) return Tree(object->text);  // "torch.float32"
+        if (object->global == Global::kDType) return text(object, false);  // "torch.float32"
         throw Error(ErrorCode::kUnsupported, "value " + detail::quoted(object->text) + " is not data");
       case Kind::kTuple:
       case Kind::kList:
       case Kind::kSet: {
+        charge(kContainerCost);
         Tree list = Tree::list();
         list.reserve(object->items.size());
         for (size_t i = 0; i < object->items.size(); ++i) {
@@ -88,6 +122,7 @@ class TreeBuilder {
         return list;
       }
       case Kind::kDict: {
+        charge(kContainerCost);
         Tree map = Tree::map();
         map.reserve(object->items.size() / 2);
         for (size_t i = 0; i + 1 < object->items.size(); i += 2) {
@@ -95,8 +130,10 @@ class TreeBuilder {
           Key tree_key;
           if (key->kind == Kind::kStr) {
             detail::require_utf8_name(key->text);
+            charge(kMapEntryCost + key->text.size());
             tree_key = key->text;
           } else if (key->kind == Kind::kInt) {
+            charge(kMapEntryCost);
             tree_key = key->integer;
           } else {
             throw Error(ErrorCode::kUnsupported, "dict key of a kind other than string or integer");
@@ -112,9 +149,10 @@ class TreeBuilder {
     throw Error(ErrorCode::kCorrupt, "unknown value");
   }
 
-  size_t budget_;
+  uint64_t budget_;
   const std::function<Tensor(uint32_t)>& tensor_of_;
   std::vector<Key> path_;
+  std::unordered_map<const PickleValue*, Tree> shared_;
 };
 
 // Where a storage's bytes are, for one file.

@@ -25,7 +25,9 @@ Contents read_file(const std::filesystem::path& path, const LoadOptions& options
 // Throws Error{kUnsupported} for values a Tree cannot hold (integers wider
 // than 64 bits, complex scalars, bare storages, dict keys that are not
 // strings or integers) and Error{kCorrupt} for nesting deeper than 512 or a
-// pickle whose shared references expand past its own size.
+// pickle whose shared references make a tree that costs more than 32 bytes
+// per byte of `pickle_size` plus 4 MiB (reader.cc; docs/formats/torch.md).
+// A memoized str or bytes is one payload shared by all its references.
 Tree pickle_to_tree(const Pickle& pickle, size_t pickle_size, const std::function<Tensor(uint32_t)>& tensor_of);
 
 }  // namespace ckpt::torch_detail
