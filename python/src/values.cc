@@ -170,7 +170,12 @@ py::object tensor_out(const Tensor& tensor, Framework framework, bool writable_n
     Buffer whole = view->storage;
     if (whole.size() != count * item) whole = whole.slice(0, count * item);
     const Tensor storage(tensor.dtype(), {static_cast<int64_t>(count)}, std::move(whole));
-    return torch_over(storage).attr("as_strided")(py::cast(tensor.shape()), py::cast(view->strides), view->offset);
+    py::tuple sizes(tensor.ndim()), strides(tensor.ndim());
+    for (size_t i = 0; i < tensor.ndim(); ++i) {
+      sizes[i] = py::int_(tensor.shape()[i]);
+      strides[i] = py::int_(view->strides[i]);
+    }
+    return torch_over(storage).attr("as_strided")(sizes, strides, py::int_(view->offset));
   }
   return torch_over(tensor);
 }

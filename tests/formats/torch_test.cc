@@ -15,6 +15,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/convert.h"
+#include "ckpt/error.h"
 #include "core/strided.h"
 #include "formats/torch/pickle_reader.h"
 #include "formats/torch_test_builder.h"
