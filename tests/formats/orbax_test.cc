@@ -142,7 +142,7 @@ TEST_F(OrbaxTest, AnArrayOfOnlyFillValueIsOneElementViewedWithStrideZero) {
   std::filesystem::create_directories(dir / "x");
   write_file(dir / "_METADATA", metadata({entry({"x"}, "np.ndarray")}));
   write_file(dir / "x" / ".zarray", raw_zarray("<f4", "[900000000]", "[100000]", "1.5"));
-  const uint64_t before = testing::peak_rss_bytes();
+  const uint64_t before = testing::reset_peak_rss();
   const Contents verified = verify(dir);
   const Contents opened = open(dir);
   const Tensor& x = opened.tree.at("x").tensor();
@@ -183,7 +183,7 @@ TEST_F(OrbaxTest, MissingChunksOfAPartlyWrittenArrayCostNoMemory) {
   std::vector<float> chunk(100000);
   for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<float>(i) + 0.5f;
   write_file(dir / "x" / "0", {reinterpret_cast<const char*>(chunk.data()), chunk.size() * 4});
-  const uint64_t before = testing::peak_rss_bytes();
+  const uint64_t before = testing::reset_peak_rss();
   verify(dir);
   const Contents opened = open(dir);
   const Tensor& x = opened.tree.at("x").tensor();

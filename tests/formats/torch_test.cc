@@ -105,7 +105,7 @@ TEST_F(TorchFormatTest, AnExpandedViewStaysAViewOfItsOneElementStorage) {
   // 27000 × 27000 float32 (2.9 GB gathered) over 4 stored bytes: verify,
   // open and describe keep it a view.
   const auto path = write("expand.pt", torch_zip(expanded_pickle({27000, 27000}), {{"0", f32_bytes({2.5f})}}).bytes);
-  const uint64_t before = testing::peak_rss_bytes();
+  const uint64_t before = testing::reset_peak_rss();
   const Contents verified = verify(path);
   const Contents opened = open(path);
   const Tensor& w = opened.tree.at("w").tensor();

@@ -2,7 +2,7 @@
 Orbax arrays whose chunks were never written load as views over the bytes
 that are stored, as torch and numpy hold them, and are gathered only when a
 copy is asked for. The truth is what torch.load, tensorstore (zarr) and numpy
-give; peak memory is measured in a child process (ru_maxrss)."""
+give; peak memory is measured in a child process (/proc/self/status)."""
 
 import json
 import os
@@ -21,18 +21,27 @@ import ckpt
 MIB = 1 << 20
 
 
+PEAK = """
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+"""
+
+
 def peak_growth(code, **names):
     """Runs `code` in one fresh interpreter (ckpt, numpy and torch imported
-    first) and returns how far its peak resident memory grew over all of it,
-    in bytes. The child's `names` are given as strings."""
-    header = "import resource, ckpt, numpy as np, torch\n"
+    first) and returns how far its peak resident memory (VmHWM, reset after
+    the imports) rose over its resident memory before, in bytes. The
+    child's `names` are given as strings."""
+    header = "import ckpt, numpy as np, torch\n" + PEAK
     header += "".join(f"{key} = {value!r}\n" for key, value in names.items())
-    header += "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-    footer = "\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
+    header += "open('/proc/self/clear_refs', 'w').write('5')\nbefore = status('VmRSS')\n"
+    footer = "\nprint(status('VmHWM') - before)\n"
     result = subprocess.run([sys.executable, "-c", header + textwrap.dedent(code) + footer], capture_output=True,
                             text=True, timeout=120, env=os.environ)
     assert result.returncode == 0, result.stderr
-    return int(result.stdout.split()[-1]) * 1024
+    return int(result.stdout.split()[-1])
 
 
 # ---------------------------------------------------------------- torch views
