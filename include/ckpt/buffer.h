@@ -31,9 +31,10 @@ class Storage {
   // file with positioned reads, which is faster than faulting the mapping in.
   virtual void copy_out(const std::byte* src, std::span<std::byte> dst) const;
   // Deferred storages: produces the bytes (once, thread-safe) and returns
-  // their address. Others return nullptr. May throw std::bad_alloc, or
-  // Error{kCorrupt} where producing them decodes file data (Orbax's zstd
-  // chunks, decoded on first use).
+  // their address. Others return nullptr. May throw Error{kUnsupported}
+  // (not enough memory, see Buffer::allocate), or Error{kCorrupt} where
+  // producing them decodes file data (Orbax's zstd chunks, decoded on first
+  // use).
   virtual const std::byte* materialize() const { return nullptr; }
 };
 
@@ -43,7 +44,14 @@ class Buffer {
   Buffer() = default;
 
   // Heap memory of `size` bytes, 64-byte aligned, uninitialized, writable.
+  // Throws Error{kUnsupported} (naming the size) when `size` exceeds the
+  // machine's memory (RAM and swap: with overcommit such a block would be
+  // handed out, then the process killed as it is filled) or the system
+  // refuses the allocation; never std::bad_alloc.
   static Buffer allocate(size_t size);
+  // As allocate(), the bytes zero. A large block comes from the system's
+  // zero pages, so the parts of it never written cost no memory.
+  static Buffer allocate_zeroed(size_t size);
   // Heap memory holding a copy of `bytes`.
   static Buffer copy_of(std::span<const std::byte> bytes);
   // Memory owned by someone else; `release` runs when the last Buffer viewing

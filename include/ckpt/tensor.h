@@ -3,6 +3,7 @@
 // (C) order, little-endian.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +24,16 @@ std::string shape_text(const Shape& shape);
 // Throws Error{kInvalidArgument} for a negative dimension, or if the element
 // count or its byte size (times `element_size`) overflows 64 bits.
 uint64_t checked_numel(std::span<const int64_t> shape, size_t element_size = 1);
+
+// How a tensor's elements lie in a storage when they are not back to back: a
+// view with an element offset and strides, as torch files hold them (a
+// transpose; an expand, whose stride is 0), or one value repeated (an Orbax
+// array that is all fill value: one element, every stride 0).
+struct StridedView {
+  Buffer storage;                // the bytes viewed, never gathered by asking for them
+  uint64_t offset = 0;           // of the first element, in elements
+  std::vector<int64_t> strides;  // in elements, one per dimension, each >= 0
+};
 
 class Tensor {
  public:
@@ -56,7 +67,14 @@ class Tensor {
   bool has_data() const noexcept;
 
   const Buffer& buffer() const noexcept { return buffer_; }
-  // The bytes (a deferred view materializes here).
+  // The view behind a tensor whose elements are not back to back in the
+  // memory it views (its buffer is deferred: bytes() gathers them into fresh
+  // contiguous memory, once); nullopt for every other tensor. A caller that
+  // can hold a view (numpy and torch as_strided, ckpt's torch writer) reads
+  // the storage through it and never pays for the gathered copy.
+  std::optional<StridedView> strided_view() const;
+  // The bytes (a deferred view materializes here: Error{kUnsupported} when
+  // they need more memory than the machine has, see Buffer::allocate).
   std::span<const std::byte> bytes() const { return buffer_.bytes(); }
   // Throws Error{kInvalidArgument} unless the buffer is writable heap memory.
   std::span<std::byte> mutable_bytes() { return buffer_.mutable_bytes(); }
@@ -69,7 +87,9 @@ class Tensor {
     return {reinterpret_cast<const T*>(buffer_.data()), static_cast<size_t>(numel())};
   }
 
-  // A copy in fresh heap memory that no longer refers to any file.
+  // A copy in fresh heap memory that no longer refers to any file (a view's
+  // elements gathered back to back). Throws Error{kUnsupported} when it needs
+  // more memory than the machine has.
   Tensor copy() const;
   // Materializes the elements into caller memory of exactly nbytes().
   void read_into(std::span<std::byte> dst) const { buffer_.copy_to(dst); }

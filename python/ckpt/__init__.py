@@ -126,8 +126,14 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     float8 as ml_dtypes arrays, as JAX does) or torch tensors
     (``framework="torch"``). With ``lazy=True`` they view the mapped file and
     are read when touched; numpy arrays are read-only, torch tensors writable
-    (copy on write, the file never changes). ``lazy=False`` reads everything
-    into memory first (parallel reads), detached from the file. ``verify``
+    (copy on write, the file never changes). A view that is not contiguous
+    (a torch transpose or expand, an Orbax array of fill value only) comes
+    back as a view of the stored bytes, never gathered: a read-only numpy
+    array with the view's strides, a ``torch.as_strided`` tensor with the
+    ``stride()`` and ``storage_offset()`` that ``torch.load`` gives.
+    ``lazy=False`` reads everything into memory first (parallel reads),
+    detached from the file, views gathered (UnsupportedError when that needs
+    more than the machine's memory). ``verify``
     checks every stored checksum first. ``rename`` renames and drops entries
     (see ``ckpt.restore``; ``{"old.prefix": "new.prefix"}`` or a list of
     steps); two entries renamed to one raise ValueError.

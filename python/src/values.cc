@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -101,30 +102,56 @@ Framework framework_from(const std::string& name) {
   throw Error(ErrorCode::kInvalidArgument, "framework must be 'numpy' or 'torch', not '" + name + "'");
 }
 
-// A numpy array viewing `tensor`'s memory, kept alive by a capsule. `as_bits`
-// gives dtypes numpy lacks as unsigned integers of their width (for torch).
-py::array numpy_view(const Tensor& tensor, bool writable, bool as_bits) {
-  static const std::byte kEmpty[64] = {};
-  const Buffer& buffer = tensor.buffer();
-  const DType dtype = tensor.dtype();
-  py::object dt;
-  if (as_bits && numpy_lacks(dtype)) {
-    dt = numpy_dtype(dtype_size(dtype) == 2 ? DType::kUInt16 : DType::kUInt8);
-  } else {
-    dt = numpy_dtype(dtype);
-  }
-  std::vector<py::ssize_t> shape(tensor.shape().begin(), tensor.shape().end());
-  std::vector<py::ssize_t> strides(shape.size());
-  py::ssize_t stride = static_cast<py::ssize_t>(dtype_size(dtype));
-  for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = stride;
-    stride *= shape[i] > 0 ? shape[i] : 1;
-  }
-  const void* data = buffer.empty() ? static_cast<const void*>(kEmpty) : buffer.data();  // deferred: gathers here
+// The numpy dtype of `dtype`; `as_bits` gives dtypes numpy lacks as unsigned
+// integers of their width (for torch).
+const py::object& numpy_dtype_for(DType dtype, bool as_bits) {
+  if (as_bits && numpy_lacks(dtype)) return numpy_dtype(dtype_size(dtype) == 2 ? DType::kUInt16 : DType::kUInt8);
+  return numpy_dtype(dtype);
+}
+
+// A numpy array of `shape` and byte `strides` at `data`, which `buffer`
+// keeps alive (held by a capsule).
+py::array array_over(const Buffer& buffer, const void* data, DType dtype, bool as_bits, std::span<const int64_t> shape,
+                     std::vector<py::ssize_t> strides, bool writable) {
+  std::vector<py::ssize_t> sizes(shape.begin(), shape.end());
   py::capsule base(new Buffer(buffer), [](void* p) { delete static_cast<Buffer*>(p); });
-  py::array array(py::reinterpret_borrow<py::dtype>(dt), shape, strides, data, base);
+  py::array array(py::reinterpret_borrow<py::dtype>(numpy_dtype_for(dtype, as_bits)), sizes, strides, data, base);
   if (!writable) py::detail::array_proxy(array.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   return array;
+}
+
+// A numpy array viewing `tensor`'s memory, kept alive by a capsule. A view
+// kept as strides over its storage (Tensor::strided_view: a torch view, an
+// Orbax array of fill value) is viewed with those strides, never gathered,
+// unless the array must be writable (several elements may be one byte).
+py::array numpy_view(const Tensor& tensor, bool writable, bool as_bits) {
+  static const std::byte kEmpty[64] = {};
+  const size_t item = dtype_size(tensor.dtype());
+  if (!writable) {
+    if (const std::optional<StridedView> view = tensor.strided_view()) {
+      std::vector<py::ssize_t> strides(view->strides.size());
+      for (size_t i = 0; i < strides.size(); ++i) strides[i] = static_cast<py::ssize_t>(view->strides[i] * item);
+      const std::byte* data = view->storage.data() + view->offset * item;  // the storage's bytes, never the view's
+      return array_over(view->storage, data, tensor.dtype(), as_bits, tensor.shape(), std::move(strides), false);
+    }
+  }
+  const Buffer& buffer = tensor.buffer();
+  std::vector<py::ssize_t> strides(tensor.ndim());
+  py::ssize_t stride = static_cast<py::ssize_t>(item);
+  for (size_t i = tensor.ndim(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= tensor.shape()[i] > 0 ? tensor.shape()[i] : 1;
+  }
+  const void* data = buffer.empty() ? static_cast<const void*>(kEmpty) : buffer.data();  // deferred: gathers here
+  return array_over(buffer, data, tensor.dtype(), as_bits, tensor.shape(), std::move(strides), writable);
+}
+
+// A writable torch tensor over `tensor`'s memory (torch.from_numpy).
+py::object torch_over(const Tensor& tensor) {
+  Frameworks& f = torch_handles();
+  py::object result = f.torch_from_numpy(numpy_view(tensor, /*writable=*/true, /*as_bits=*/true));
+  if (numpy_lacks(tensor.dtype())) result = result.attr("view")(f.torch_dtypes[static_cast<size_t>(tensor.dtype())]);
+  return result;
 }
 
 py::object tensor_out(const Tensor& tensor, Framework framework, bool writable_numpy) {
@@ -135,11 +162,22 @@ py::object tensor_out(const Tensor& tensor, Framework framework, bool writable_n
   }
   // torch tensors are writable; the mapping is private (copy on write), so a
   // write never reaches the file.
-  Frameworks& f = torch_handles();
-  py::object array = numpy_view(tensor, /*writable=*/true, /*as_bits=*/true);
-  py::object result = f.torch_from_numpy(array);
-  if (numpy_lacks(tensor.dtype())) result = result.attr("view")(f.torch_dtypes[static_cast<size_t>(tensor.dtype())]);
-  return result;
+  if (const std::optional<StridedView> view = tensor.strided_view()) {
+    // As torch.load builds it: the whole storage as a flat tensor, then
+    // as_strided with the view's size, stride and storage offset.
+    const size_t item = dtype_size(tensor.dtype());
+    const size_t count = view->storage.size() / item;
+    Buffer whole = view->storage;
+    if (whole.size() != count * item) whole = whole.slice(0, count * item);
+    const Tensor storage(tensor.dtype(), {static_cast<int64_t>(count)}, std::move(whole));
+    py::tuple sizes(tensor.ndim()), strides(tensor.ndim());
+    for (size_t i = 0; i < tensor.ndim(); ++i) {
+      sizes[i] = py::int_(tensor.shape()[i]);
+      strides[i] = py::int_(view->strides[i]);
+    }
+    return torch_over(storage).attr("as_strided")(sizes, strides, py::int_(view->offset));
+  }
+  return torch_over(tensor);
 }
 
 // Tensors already converted, by address: tied weights (leaves viewing the

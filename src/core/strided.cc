@@ -1,5 +1,6 @@
 #include "core/strided.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ckpt/error.h"
@@ -97,6 +98,14 @@ void StridedStorage::gather(std::byte* dst) const {
     if (inner_stride == 1) {
       std::memcpy(dst, src, static_cast<size_t>(inner) * es);
       dst += inner * es;
+    } else if (inner_stride == 0) {
+      // One element repeated (an expand): copies that double what is done.
+      const size_t total = static_cast<size_t>(inner) * es;
+      if (total != 0) std::memcpy(dst, src, es);
+      for (size_t done = es; done < total; done += std::min(done, total - done)) {
+        std::memcpy(dst + done, dst, std::min(done, total - done));
+      }
+      dst += total;
     } else {
       for (int64_t j = 0; j < inner; ++j) {
         std::memcpy(dst, src + static_cast<uint64_t>(j * inner_stride) * es, es);
@@ -119,7 +128,13 @@ void StridedStorage::gather(std::byte* dst) const {
 
 const std::byte* StridedStorage::materialize() const {
   std::call_once(once_, [this] {
-    Buffer buffer = Buffer::allocate(nbytes_);
+    Buffer buffer;
+    try {
+      buffer = Buffer::allocate(nbytes_);
+    } catch (const Error& error) {
+      throw Error(error.code(), "a strided view of shape " + shape_text(layout_.shape) +
+                                    " gathered into contiguous memory: " + error.message());
+    }
     gather(buffer.mutable_bytes().data());
     materialized_ = std::move(buffer);
   });
@@ -138,7 +153,8 @@ void StridedStorage::copy_out(const std::byte* src, std::span<std::byte> dst) co
 }
 
 const StridedLayout* strided_layout(const Buffer& buffer) {
-  if (buffer.storage() == nullptr || buffer.storage()->kind() != StorageKind::kDeferred) return nullptr;
+  // A Buffer with an address is (a slice of) the gathered bytes, not the view.
+  if (!buffer.deferred() || buffer.storage()->kind() != StorageKind::kDeferred) return nullptr;
   const auto* strided = dynamic_cast<const StridedStorage*>(buffer.storage().get());
   return strided ? &strided->layout() : nullptr;
 }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ckpt/error.h"
+#include "core/strided.h"
 
 namespace ckpt {
 
@@ -61,10 +62,8 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
 }
 
 Tensor Tensor::zeros(DType dtype, Shape shape) {
-  Tensor tensor = empty(dtype, std::move(shape));
-  auto bytes = tensor.mutable_bytes();
-  if (!bytes.empty()) std::memset(bytes.data(), 0, bytes.size());
-  return tensor;
+  const size_t size = byte_size(dtype, shape);
+  return Tensor(dtype, std::move(shape), Buffer::allocate_zeroed(size));
 }
 
 Tensor Tensor::from_bytes(DType dtype, Shape shape, std::span<const std::byte> bytes) {
@@ -87,6 +86,12 @@ Tensor Tensor::copy() const {
   Buffer fresh = Buffer::allocate(buffer_.size());
   buffer_.copy_to(fresh.mutable_bytes());
   return Tensor(dtype_, shape_, std::move(fresh));
+}
+
+std::optional<StridedView> Tensor::strided_view() const {
+  const detail::StridedLayout* layout = detail::strided_layout(buffer_);
+  if (layout == nullptr) return std::nullopt;
+  return StridedView{.storage = layout->base, .offset = layout->offset, .strides = layout->strides};
 }
 
 bool Tensor::equals(const Tensor& other) const {

@@ -5,13 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <optional>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "formats/orbax/format.h"
 #include "formats/orbax_test_builder.h"
 #include "support/files.h"
+#include "support/peak_memory.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -129,6 +133,71 @@ TEST_F(OrbaxTest, AMissingChunkWithANullFillValueReadsAsZeros) {
   EXPECT_EQ(values[2], 0.0f);
   EXPECT_EQ(values[3], 0.0f);
   EXPECT_EQ(verified.entries.size(), 1u);
+}
+
+TEST_F(OrbaxTest, AnArrayOfOnlyFillValueIsOneElementViewedWithStrideZero) {
+  // [9e8] float32 (3.6 GB) in chunks of 100000, none written: verify and a
+  // lazy open need no memory for it; it used to be filled in full.
+  const auto dir = dir_ / "item";
+  std::filesystem::create_directories(dir / "x");
+  write_file(dir / "_METADATA", metadata({entry({"x"}, "np.ndarray")}));
+  write_file(dir / "x" / ".zarray", raw_zarray("<f4", "[900000000]", "[100000]", "1.5"));
+  const uint64_t before = testing::reset_peak_rss();
+  const Contents verified = verify(dir);
+  const Contents opened = open(dir);
+  const Tensor& x = opened.tree.at("x").tensor();
+  EXPECT_EQ(x.nbytes(), uint64_t{900000000} * 4);
+  EXPECT_EQ(verified.entries.at(0).nbytes, x.nbytes());
+  const std::optional<StridedView> view = x.strided_view();
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->storage.size(), 4u);
+  EXPECT_EQ(view->strides, (std::vector<int64_t>{0}));
+  float element = 0;
+  std::memcpy(&element, view->storage.data(), 4);
+  EXPECT_EQ(element, 1.5f);
+  EXPECT_LT(testing::peak_rss_bytes() - before, 200 * testing::kMiB);
+
+  // A small one gathers into the fill value, zeros for null.
+  const auto small = dir_ / "small";
+  std::filesystem::create_directories(small / "z");
+  write_file(small / "_METADATA", metadata({entry({"z"}, "np.ndarray")}));
+  write_file(small / "z" / ".zarray", raw_zarray("<i2", "[2,3]", "[1,2]"));
+  const Tensor z = load(small).at("z").tensor();
+  ASSERT_TRUE(z.strided_view().has_value());
+  const Tensor gathered = z.copy();
+  EXPECT_EQ(gathered.shape(), (Shape{2, 3}));
+  for (int16_t value : gathered.values<int16_t>()) EXPECT_EQ(value, 0);
+  const Tensor in_memory = load(small, {.lazy = false}).at("z").tensor();
+  EXPECT_FALSE(in_memory.strided_view().has_value());
+  EXPECT_TRUE(in_memory.equals(gathered));
+}
+
+TEST_F(OrbaxTest, MissingChunksOfAPartlyWrittenArrayCostNoMemory) {
+  // [9e8] float32 with only chunk 0 written (a 400 KB directory): verify and
+  // a lazy open allocate nothing for it; asked for its bytes, the missing
+  // chunks are untouched zero pages. All of it used to cost 3.6 GB.
+  const auto dir = dir_ / "item";
+  std::filesystem::create_directories(dir / "x");
+  write_file(dir / "_METADATA", metadata({entry({"x"}, "np.ndarray")}));
+  write_file(dir / "x" / ".zarray", raw_zarray("<f4", "[900000000]", "[100000]"));
+  std::vector<float> chunk(100000);
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<float>(i) + 0.5f;
+  write_file(dir / "x" / "0", {reinterpret_cast<const char*>(chunk.data()), chunk.size() * 4});
+  const uint64_t before = testing::reset_peak_rss();
+  verify(dir);
+  const Contents opened = open(dir);
+  const Tensor& x = opened.tree.at("x").tensor();
+  EXPECT_TRUE(x.buffer().deferred());
+  EXPECT_FALSE(x.strided_view().has_value());  // not all fill: not a view
+  EXPECT_LT(testing::peak_rss_bytes() - before, 200 * testing::kMiB);
+  const auto values = x.values<float>();
+  ASSERT_EQ(values.size(), 900000000u);
+  EXPECT_EQ(values[0], 0.5f);
+  EXPECT_EQ(values[99999], 99999.5f);
+  EXPECT_EQ(values[100000], 0.0f);
+  EXPECT_EQ(values[450000000], 0.0f);
+  EXPECT_EQ(values[899999999], 0.0f);
+  EXPECT_LT(testing::peak_rss_bytes() - before, 200 * testing::kMiB);
 }
 
 TEST_F(OrbaxTest, EdgeChunksAreClippedAndMissingChunksReadAsTheFillValue) {

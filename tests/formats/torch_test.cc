@@ -7,11 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <optional>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/convert.h"
+#include "ckpt/error.h"
 #include "core/strided.h"
 #include "formats/torch/pickle_reader.h"
 #include "formats/torch_test_builder.h"
@@ -19,7 +23,9 @@
 #include "formats/zip/reader.h"
 #include "io/mapped_file.h"
 #include "support/files.h"
+#include "support/peak_memory.h"
 #include "support/temp_dir.h"
+#include "support/tool_run.h"
 
 namespace ckpt {
 namespace {
@@ -86,6 +92,92 @@ TEST_F(TorchFormatTest, NonContiguousViewIsGatheredOnlyWhenUsed) {
   const std::byte* first = t.bytes().data();
   EXPECT_EQ(first, t.bytes().data());
   EXPECT_EQ(std::memcmp(first, f32_bytes({0, 3, 1, 4, 2, 5}).data(), 24), 0);
+}
+
+// The pickle of {"w": torch.zeros(1).expand(*shape)}: one stored element,
+// every stride 0.
+std::string expanded_pickle(const Shape& shape) {
+  return testing::state_dict_pickle(
+      {{"w", TensorSpec{.numel = 1, .shape = shape, .stride = std::vector<int64_t>(shape.size(), 0)}}});
+}
+
+TEST_F(TorchFormatTest, AnExpandedViewStaysAViewOfItsOneElementStorage) {
+  // 27000 × 27000 float32 (2.9 GB gathered) over 4 stored bytes: verify,
+  // open and describe keep it a view.
+  const auto path = write("expand.pt", torch_zip(expanded_pickle({27000, 27000}), {{"0", f32_bytes({2.5f})}}).bytes);
+  const uint64_t before = testing::reset_peak_rss();
+  const Contents verified = verify(path);
+  const Contents opened = open(path);
+  const Tensor& w = opened.tree.at("w").tensor();
+  EXPECT_EQ(w.nbytes(), uint64_t{27000} * 27000 * 4);
+  EXPECT_EQ(verified.entries.at(0).nbytes, w.nbytes());
+  const std::optional<StridedView> view = w.strided_view();
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->storage.size(), 4u);
+  EXPECT_EQ(view->storage.kind(), StorageKind::kMapped);
+  EXPECT_EQ(view->offset, 0u);
+  EXPECT_EQ(view->strides, (std::vector<int64_t>{0, 0}));
+  float element = 0;
+  std::memcpy(&element, view->storage.data(), 4);
+  EXPECT_EQ(element, 2.5f);
+  // Written as torch again, it stays a view of one element.
+  const auto again = dir_.path() / "again.pt";
+  convert(path, again);
+  const Written w_again = read_back(again);
+  ASSERT_EQ(w_again.pickle.storages.size(), 1u);
+  EXPECT_EQ(w_again.pickle.storages[0].numel, 1u);
+  EXPECT_EQ(w_again.pickle.tensors.at(0).strides, (std::vector<int64_t>{0, 0}));
+  EXPECT_LT(testing::peak_rss_bytes() - before, 200 * testing::kMiB);
+}
+
+TEST_F(TorchFormatTest, ViewsWithAStrideZeroGatherAsTheirStorageRepeated) {
+  // [3, 4] over a storage of 3: row i is element i repeated (stride 0 inner),
+  // and [2, 3] over the same storage as a broadcast row (stride 0 outer).
+  const std::string pickle = testing::state_dict_pickle({
+      {"rows", TensorSpec{.numel = 3, .shape = {3, 4}, .stride = {1, 0}}},
+      {"cols", TensorSpec{.numel = 3, .shape = {2, 3}, .stride = {0, 1}}},
+  });
+  const auto path = write("repeat.pt", torch_zip(pickle, {{"0", f32_bytes({1, 2, 3})}}).bytes);
+  const Tree tree = load(path);
+  const Tensor rows = tree.at("rows").tensor();
+  const Tensor cols = tree.at("cols").tensor();
+  EXPECT_EQ(floats_of(rows.copy()), (std::vector<float>{1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}));
+  EXPECT_EQ(floats_of(cols.copy()), (std::vector<float>{1, 2, 3, 1, 2, 3}));
+  EXPECT_EQ(rows.copy().buffer().kind(), StorageKind::kHeap);
+  EXPECT_FALSE(rows.copy().strided_view().has_value());
+  // A load into memory gathers them too.
+  const Tree loaded = load(path, {.lazy = false});
+  EXPECT_FALSE(loaded.at("rows").tensor().strided_view().has_value());
+  EXPECT_TRUE(loaded.at("rows").tensor().equals(rows.copy()));
+}
+
+TEST_F(TorchFormatTest, GatheringAViewLargerThanTheMachineIsACleanError) {
+  // 10^12 float32 elements over one stored float: 4 TB once gathered, more
+  // than any machine this runs on. It used to throw std::bad_alloc.
+  const auto path = write("huge.pt", torch_zip(expanded_pickle({1000000, 1000000}), {{"0", f32_bytes({1})}}).bytes);
+  const Tensor w = load(path).at("w").tensor();
+  ASSERT_TRUE(w.strided_view().has_value());
+  const auto expect_refused = [](const std::function<void()>& action, const std::string& what) {
+    try {
+      action();
+      ADD_FAILURE() << what << " did not throw";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kUnsupported) << what << ": " << error.what();
+      EXPECT_NE(error.message().find("cannot allocate 4000000000000 bytes"), std::string::npos) << error.what();
+    }
+  };
+  expect_refused([&] { (void)w.copy(); }, "copy()");
+  expect_refused([&] { (void)w.bytes(); }, "bytes()");
+  expect_refused([&] { (void)load(path, {.lazy = false}); }, "load(lazy = false)");
+  const auto target = dir_.path() / "huge.safetensors";
+  expect_refused([&] { convert(path, target); }, "convert to safetensors");
+  EXPECT_FALSE(std::filesystem::exists(target));
+  // The CLI: one line on stderr, exit 2.
+  const testing::ToolRun run = testing::run_tool(dir_.path(), {"convert", "huge.pt", "huge.safetensors"});
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_NE(run.err.find("cannot allocate"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("huge.safetensors"), std::string::npos) << run.err;
 }
 
 TEST_F(TorchFormatTest, ViewsAreWrittenBackAsViewsOfOneStorage) {

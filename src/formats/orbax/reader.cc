@@ -42,9 +42,11 @@ std::string_view as_text(const Buffer& buffer) {
 // One item directory: its arrays, in OCDBT or one folder each.
 class ItemReader {
  public:
-  // `defer`: arrays that need decoding are decoded when first used (see
-  // read_zarr_array); else now, on `threads` threads.
-  ItemReader(fs::path dir, unsigned threads, bool defer) : dir_(std::move(dir)), threads_(threads), defer_(defer) {}
+  // `zarr.defer`: arrays that need decoding are decoded when first used (see
+  // read_zarr_array); else now, on `threads` threads (as are the checks of
+  // `zarr.verify`).
+  ItemReader(fs::path dir, unsigned threads, ZarrReadOptions zarr)
+      : dir_(std::move(dir)), threads_(threads), zarr_(zarr) {}
 
   // The item's tree as _METADATA describes it; with `record` (ckpt's record
   // beside it), the tree the record describes, its tensors the item's arrays
@@ -60,7 +62,7 @@ class ItemReader {
       if (record ? holds_tensor(leaf) : holds_array(leaf)) array_leaves.push_back(&leaf);
     }
     std::vector<Tensor> tensors(array_leaves.size());
-    detail::parallel_for(array_leaves.size(), defer_ ? 1 : threads_,
+    detail::parallel_for(array_leaves.size(), zarr_.defer && !zarr_.verify ? 1 : threads_,
                          [&](size_t i, unsigned) { tensors[i] = array(*array_leaves[i]); });
     if (record) return tree_of_record(*record, record_file, array_leaves, tensors);
     for (size_t i = 0; i < array_leaves.size(); ++i) arrays_.emplace(array_leaves[i], std::move(tensors[i]));
@@ -216,7 +218,7 @@ class ItemReader {
         const OcdbtValue* chunk = store_->find(name + "/" + key);
         if (chunk == nullptr) return std::nullopt;
         return store_->read(*chunk);
-      }, context, {.defer = defer_});
+      }, context, zarr_);
     }
     const fs::path array_dir = dir_ / name;
     const fs::path zarray = array_dir / kZarrayFile;
@@ -229,12 +231,12 @@ class ItemReader {
       if (!is_file(chunk)) return std::nullopt;
       const auto file = detail::MappedFile::open(chunk);
       return file->slice(0, file->size());
-    }, {.path = array_dir, .entry = name}, {.defer = defer_});
+    }, {.path = array_dir, .entry = name}, zarr_);
   }
 
   fs::path dir_;
   unsigned threads_ = 0;
-  bool defer_ = false;
+  ZarrReadOptions zarr_;
   std::optional<OcdbtStore> store_;
   std::map<const MetadataLeaf*, Tensor> arrays_;
   std::optional<std::map<std::string, std::string>> strings_;
@@ -272,8 +274,9 @@ bool detect_checkpoint(const fs::path& path) noexcept {
 namespace {
 
 Contents read_checkpoint_once(const fs::path& path, const LoadOptions& options) {
-  // A lazy open decodes nothing; verify and load-into-memory decode now.
-  const bool defer = options.lazy && !options.verify;
+  // A lazy open decodes nothing; load-into-memory decodes now; verify checks
+  // every chunk now, one at a time, and leaves a lazy open's arrays deferred.
+  const ZarrReadOptions zarr{.defer = options.lazy, .verify = options.verify};
   Contents contents;
   contents.format = "orbax";
   const fs::path checkpoint_metadata = path / kCheckpointMetadataFile;
@@ -289,7 +292,7 @@ Contents read_checkpoint_once(const fs::path& path, const LoadOptions& options) 
                                                     record ? "custom_metadata." + std::string(kRecordKey) : "");
   }
   if (item) {
-    contents.tree = ItemReader(path, options.threads, defer).read(record ? &*record : nullptr, checkpoint_metadata);
+    contents.tree = ItemReader(path, options.threads, zarr).read(record ? &*record : nullptr, checkpoint_metadata);
     if (record) contents.format_version = static_cast<int>(record->version);
   } else {
     const std::vector<std::string> items = step_items(path);
@@ -297,10 +300,10 @@ Contents read_checkpoint_once(const fs::path& path, const LoadOptions& options) 
       throw Error(ErrorCode::kCorrupt, "the step directory holds no item (no folder with _METADATA)", {.path = path});
     }
     if (items.size() == 1 && items[0] == kDefaultItem) {
-      contents.tree = ItemReader(path / kDefaultItem, options.threads, defer).read();
+      contents.tree = ItemReader(path / kDefaultItem, options.threads, zarr).read();
     } else {
       contents.tree = Tree::map();
-      for (const std::string& item : items) contents.tree.set(item, ItemReader(path / item, options.threads, defer).read());
+      for (const std::string& item : items) contents.tree.set(item, ItemReader(path / item, options.threads, zarr).read());
     }
   }
   for (const Tree::Leaf& leaf : contents.tree.tensor_leaves()) {

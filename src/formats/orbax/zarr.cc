@@ -15,6 +15,7 @@
 #include "core/box_copy.h"
 #include "core/json_writer.h"
 #include "core/text.h"
+#include "core/strided.h"
 #include "formats/orbax/compression.h"
 
 namespace ckpt::orbax_detail {
@@ -172,13 +173,45 @@ class StoredArray {
   }
 
   // False when a zstd chunk's frames do not state their size: only decoding
-  // can check it.
+  // can check it (check_by_decoding does).
   bool sizes_known() const { return sizes_known_; }
+  // True if at least one chunk was written (else the array is all fill).
+  bool any_stored() const {
+    return std::any_of(chunks_.begin(), chunks_.end(), [](const std::optional<Buffer>& c) { return c.has_value(); });
+  }
+
+  // Decodes every stored zstd chunk into one chunk of scratch memory, to
+  // check it (a raw chunk's size was checked when it was looked up; a
+  // missing chunk is the fill value and needs nothing). Then every size is
+  // known.
+  void check_by_decoding() {
+    if (array_.zstd) {
+      std::vector<std::byte> scratch;
+      std::vector<int64_t> index(grid_.size(), 0);
+      for (size_t i = 0; i < chunks_.size(); ++i) {
+        if (chunks_[i]) {
+          scratch.resize(static_cast<size_t>(chunk_bytes_));
+          zstd_decode_exact(chunks_[i]->bytes(), scratch, chunk_context(chunk_key(array_, index)));
+        }
+        next(index);
+      }
+    }
+    sizes_known_ = true;
+  }
   // The stored bytes of chunk `i` (grid order), nullopt if never written.
   const std::optional<Buffer>& chunk(size_t i) const { return chunks_[i]; }
 
-  // Decodes every chunk into `out` (the whole array).
-  void decode_into(std::span<std::byte> out) const {
+  // True if the fill value's bytes are all zero (null reads as zeros).
+  bool fill_is_zero() const {
+    if (!array_.fill) return true;
+    const auto value = array_.fill->bytes();
+    return std::all_of(value.begin(), value.end(), [](std::byte b) { return b == std::byte{0}; });
+  }
+
+  // Decodes every chunk into `out` (the whole array). `zeroed`: `out` reads
+  // as zeros already and the fill value is zero, so missing chunks are
+  // skipped (memory from Buffer::allocate_zeroed stays untouched there).
+  void decode_into(std::span<std::byte> out, bool zeroed = false) const {
     if (out.size() != nbytes_) {
       throw Error(ErrorCode::kInvalidArgument, "decode_into: " + std::to_string(out.size()) + " bytes for an array of " +
                                                    std::to_string(nbytes_), context_);
@@ -187,6 +220,10 @@ class StoredArray {
     std::vector<int64_t> index = grid_;  // the grid position of chunk i
     std::fill(index.begin(), index.end(), 0);
     for (size_t i = 0; i < chunks_.size(); ++i) {
+      if (zeroed && !chunks_[i]) {
+        next(index);
+        continue;
+      }
       if (contiguous_) {
         // Chunk i holds the bytes [i × chunk_bytes, ...) of the array; the
         // last one may be cut by the shape (padding follows).
@@ -281,8 +318,11 @@ class DeferredArrayStorage final : public Storage {
   }
   const std::byte* materialize() const override {
     std::call_once(once_, [this] {
-      Buffer buffer = Buffer::allocate(nbytes_);
-      array_->decode_into(buffer.mutable_bytes());
+      // A zero fill value: the missing chunks are the zero pages of a fresh
+      // mapping, and cost no memory.
+      const bool zeroed = array_->fill_is_zero();
+      Buffer buffer = zeroed ? Buffer::allocate_zeroed(nbytes_) : Buffer::allocate(nbytes_);
+      array_->decode_into(buffer.mutable_bytes(), zeroed);
       decoded_ = std::move(buffer);
       decoded_ready_.store(true, std::memory_order_release);
     });
@@ -379,6 +419,18 @@ Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const 
     fail(ErrorCode::kUnsupported, "the array does not fit this machine's address space", context);
   }
   auto stored = std::make_shared<StoredArray>(array, source, context, nbytes, chunk_bytes);
+  // No chunk written: the fill value, one element viewed with every stride
+  // 0 (as numpy's broadcast_to), whatever the shape.
+  if (!stored->any_stored()) {
+    Buffer element = Buffer::allocate(item);
+    fill_bytes(array, element.mutable_bytes());
+    return Tensor(array.dtype, array.shape,
+                  detail::view_buffer({.base = std::move(element),
+                                       .element_size = item,
+                                       .shape = array.shape,
+                                       .strides = std::vector<int64_t>(array.shape.size(), 0)}));
+  }
+  if (options.verify) stored->check_by_decoding();
   // One uncompressed chunk covering the array: a view, no copy.
   if (array.chunks == array.shape && !array.zstd) {
     if (const std::optional<Buffer>& only = stored->chunk(0)) {
@@ -390,8 +442,9 @@ Tensor read_zarr_array(const ZarrArray& array, const ChunkSource& source, const 
     return Tensor(array.dtype, array.shape,
                   Buffer::deferred(std::make_shared<DeferredArrayStorage>(std::move(stored), size), size));
   }
-  Tensor tensor = Tensor::empty(array.dtype, array.shape);
-  stored->decode_into(tensor.mutable_bytes());
+  const bool zeroed = stored->fill_is_zero();
+  Tensor tensor = zeroed ? Tensor::zeros(array.dtype, array.shape) : Tensor::empty(array.dtype, array.shape);
+  stored->decode_into(tensor.mutable_bytes(), zeroed);
   return tensor;
 }
 

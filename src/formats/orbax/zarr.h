@@ -41,10 +41,16 @@ using ChunkSource = std::function<std::optional<Buffer>(const std::string& key)>
 struct ZarrReadOptions {
   // Decode when the bytes are first used rather than now (see below).
   bool defer = false;
+  // Check every stored chunk now, decoding compressed ones one at a time
+  // into one chunk of scratch memory (a deferred tensor stays deferred).
+  bool verify = false;
 };
 
-// Assembles the whole array. An uncompressed array of one chunk covering it
-// is a view of the stored bytes (no copy). Otherwise, with options.defer, the
+// Assembles the whole array. An array of which no chunk was written is the
+// fill value (zeros when it is null) as one element viewed with every stride
+// 0 (a deferred strided view, Tensor::strided_view: no memory for the shape
+// until its bytes are asked for). An uncompressed array of one chunk covering
+// it is a view of the stored bytes (no copy). Otherwise, with options.defer, the
 // tensor's buffer is deferred (Buffer::deferred): its chunks are decoded
 // straight into the memory that asks for them (Tensor::read_into) or into
 // one heap block on first access; without, they are decoded now into one
@@ -56,7 +62,8 @@ struct ZarrReadOptions {
 // Every chunk is looked up, and its size checked, now: an uncompressed chunk
 // must hold prod(chunks) × itemsize bytes, a zstd chunk must be complete
 // frames whose headers state that size (a chunk whose frames do not state
-// their size is decoded now even with `defer`). Throws Error{kCorrupt}
+// their size is decoded now even with `defer`, unless `verify` decoded it
+// already). Throws Error{kCorrupt}
 // naming the chunk when its bytes disagree with the metadata. What only
 // decoding finds (damaged compressed data) throws Error{kCorrupt}, naming
 // the chunk, from the first access of a deferred tensor's bytes.
