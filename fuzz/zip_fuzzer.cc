@@ -17,7 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       ckpt::zip_detail::ZipReader zip(ckpt::detail::MappedFile::open(path));
       for (const ckpt::zip_detail::ZipEntry& entry : zip.entries()) {
-        if (entry.size > ckpt::fuzz::memory_bound(size)) continue;
+        if (entry.uncompressed_size > ckpt::fuzz::memory_bound(size)) continue;
         try {
           ckpt::Buffer bytes = zip.read(entry, {.verify_crc = true});
           std::vector<std::byte> copy(bytes.size());
