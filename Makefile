@@ -2,7 +2,10 @@
 # they need (scripts/install-deps, idempotent) and build first.
 
 BUILD      := build
-ASAN_BUILD := build-asan
+# The sanitizer build (clang, ASan + UBSan, every object also instrumented
+# for libFuzzer): the whole C++ suite, the CLI it runs, the fuzz targets.
+ASAN_BUILD := build-sanitize
+SECONDS    ?= 60
 TSAN_BUILD := build-tsan
 PYTHON     := .venv/bin/python
 JOBS       ?= $(shell nproc)
@@ -13,7 +16,7 @@ JOBS       ?= $(shell nproc)
 export CC  ?= cc
 export CXX ?= g++
 
-.PHONY: all deps build asan tsan test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats python clean
+.PHONY: all deps build build-tool asan tsan fuzz fuzz-smoke test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats python clean
 
 all: build
 
@@ -24,9 +27,28 @@ build: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_SANITIZE=OFF -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=ON
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The release library and CLI alone (what the Python tests and the demo run),
+# without the release build of the tests: make test runs the C++ suite in the
+# sanitizer build instead (docs/design.md, "Fuzzing and sanitizers").
+build-tool: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_SANITIZE=OFF -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=ON
+	cmake --build $(BUILD) -j $(JOBS) --target ckpt_tool
+
+# clang-14 (Debian's, with libFuzzer) whatever CC/CXX say: -O1 with line
+# tables, enough for readable reports at a fraction of -O2's compile time.
 asan: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=OFF
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target ckpt_parser_tests
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+	  "-DCMAKE_C_FLAGS_DEBUG=-O1 -gline-tables-only" "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" \
+	  -DCKPT_SANITIZE=ON -DCKPT_BUILD_FUZZ=ON -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=OFF
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+# Every fuzz target SECONDS seconds, one at a time (scripts/fuzz, fuzz/README.md).
+fuzz: asan
+	scripts/fuzz $(ASAN_BUILD) $(SECONDS)
+
+# Every fuzz target over its seeds plus 2,000 mutations (part of make test).
+fuzz-smoke:
+	scripts/fuzz $(ASAN_BUILD) smoke
 
 # ThreadSanitizer: the library and the thread tests (tests/concurrency), at
 # -O1 so that the instrumented build stays quick.
@@ -39,15 +61,18 @@ tsan: deps
 python: deps
 	$(PYTHON) -m pip install -q --no-build-isolation --no-deps .
 
-test: build asan tsan python
-	$(MAKE) --no-print-directory test-cpp test-asan test-tsan test-python
+# The C++ suite runs once, sanitized (ASan + UBSan, the sanitized CLI);
+# make test-cpp runs the release build's after make build.
+test: build-tool asan tsan python
+	$(MAKE) --no-print-directory test-asan test-tsan fuzz-smoke test-python
 
 test-cpp:
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
+# The whole C++ suite under ASan + UBSan; the CLI's tests run the sanitized ckpt.
 test-asan:
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  $(ASAN_BUILD)/ckpt_parser_tests --gtest_brief=1
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS)
 
 test-tsan:
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(TSAN_BUILD)/ckpt_thread_tests --gtest_brief=1
@@ -72,7 +97,7 @@ bench-python: build python
 	$(PYTHON) bench/bench_python.py --bench $(BUILD)/ckpt_bench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-python
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-asan build-python
 
 bench-restore: python
 	$(PYTHON) bench/bench_restore.py

@@ -1,0 +1,14 @@
+// The input is a .npz file (a zip of .npy members, stored or deflated), read as the npz format.
+// Walks it as ckpt's users do (fuzz_support.h: inspect, every tensor, a
+// non-lazy load, verify); only a ckpt::Error may come out.
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz_support.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return ckpt::fuzz::run_one(size, [&] {
+    auto path = ckpt::fuzz::write_file("input.npz", {data, size});
+    ckpt::fuzz::walk_checkpoint(path, "npz", size);
+  });
+}
