@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +31,16 @@ constexpr size_t kGatherBelow = size_t{256} << 10;
 std::atomic<int64_t> g_fault_budget{-1};
 // Sealed files whose lock is held by a duplicate descriptor.
 std::atomic<int> g_sealed_locks{0};
+
+// How many sealed files may keep a duplicate descriptor now: kSealedLocks,
+// or a quarter of the process's descriptor limit where that is lower, so
+// that the locks never take the descriptors the rest of the process needs
+// (a save of thousands of shards under `ulimit -n 64`).
+int sealed_lock_budget() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return AtomicFile::kSealedLocks;
+  return static_cast<int>(std::min<rlim_t>(AtomicFile::kSealedLocks, limit.rlim_cur / 4));
+}
 
 // Consumes `bytes` of the injected-fault budget; true if this write must fail.
 bool fault_injected(size_t bytes) {
@@ -176,7 +187,7 @@ void AtomicFile::seal() {
   const int fd = fd_;
   fd_ = -1;
   sealed_ = true;
-  if (g_sealed_locks.fetch_add(1) < kSealedLocks) {
+  if (g_sealed_locks.fetch_add(1) < sealed_lock_budget()) {
     sealed_lock_fd_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);  // shares the lock
   }
   if (sealed_lock_fd_ < 0) g_sealed_locks.fetch_sub(1);

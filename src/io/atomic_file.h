@@ -70,7 +70,8 @@ class AtomicFile {
   // name: for writers of many files, which would otherwise hold one
   // descriptor per file until the last is committed. No write may follow;
   // commit() then only renames. The lock stays held by a duplicate
-  // descriptor for the first kSealedLocks sealed files alive in the process;
+  // descriptor for the first kSealedLocks sealed files alive in the process
+  // (fewer where a quarter of RLIMIT_NOFILE is fewer);
   // beyond that a sealed temporary is unlocked until its commit, and a
   // concurrent writer of the same target may remove it (this commit then
   // fails with an Error; nothing committed is lost). Throws Error{kIo}
