@@ -323,11 +323,21 @@ def test_non_tensor_values_survive(tmp_path, run, inspect_json, layout):
         assert type(loaded[key]) is dict, key
 
 
-def test_lone_surrogates_in_strings_round_trip(tmp_path, run):
-    values = {"text": "a\udc80b", "key\udc81": 1}  # Python pickles them (surrogatepass)
+def test_lone_surrogates_in_string_values_round_trip(tmp_path, run):
+    values = {"text": "a\udc80b", "key": 1}  # Python pickles them (surrogatepass)
     src = save(values, tmp_path / "s.pt")
     run("convert", src, tmp_path / "back.pt")
     assert_same(torch.load(tmp_path / "back.pt"), values)
+
+
+def test_a_key_with_a_lone_surrogate_is_refused_in_one_line(tmp_path, run):
+    # Names travel to every format, and JSON headers (safetensors, Orbax)
+    # cannot hold a lone surrogate: a name must be UTF-8 (issue 15, defect 5).
+    src = save({"key\udc81": 1}, tmp_path / "s.pt")
+    result = run("convert", src, tmp_path / "back.pt", expect=1)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not valid UTF-8" in lines[0] and str(src) in lines[0], lines
+    assert not (tmp_path / "back.pt").exists()
 
 
 def test_inspect_json_is_utf8_with_lone_surrogates(tmp_path, ckpt_tool):
