@@ -7,46 +7,10 @@
 namespace ckpt::detail {
 namespace {
 
-// The validator that lets surrogates through (simdjson's does not).
-bool valid_utf8_with_surrogates(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t length = 0;
-    uint32_t code = 0;
-    if ((c & 0xE0) == 0xC0) {
-      length = 2, code = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      length = 3, code = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      length = 4, code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (n - i < length) return false;
-    for (size_t k = 1; k < length; ++k) {
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-      code = code << 6 | (s[i + k] & 0x3F);
-    }
-    // Overlong forms and values past U+10FFFF are invalid.
-    if ((length == 2 && code < 0x80) || (length == 3 && code < 0x800) || (length == 4 && code < 0x10000) ||
-        code > 0x10FFFF) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
-}
-
-// The length of the valid UTF-8 sequence (no surrogates, no overlong forms)
-// that starts `text`, 0 if none does.
-size_t utf8_sequence_length(std::string_view text) {
+// The length of the UTF-8 sequence that starts `text` (no overlong forms,
+// nothing past U+10FFFF; the three-byte forms of U+D800..U+DFFF only with
+// `surrogates`), 0 if no valid one does. `text` is not empty.
+size_t sequence_length(std::string_view text, bool surrogates) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const unsigned char c = s[0];
   if (c < 0x80) return 1;
@@ -67,11 +31,25 @@ size_t utf8_sequence_length(std::string_view text) {
     code = code << 6 | (s[k] & 0x3F);
   }
   if ((length == 2 && code < 0x80) || (length == 3 && code < 0x800) || (length == 4 && code < 0x10000) ||
-      code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
+      code > 0x10FFFF || (!surrogates && code >= 0xD800 && code <= 0xDFFF)) {
     return 0;
   }
   return length;
 }
+
+// The validator that lets surrogates through (simdjson's does not).
+bool valid_utf8_with_surrogates(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = sequence_length(text.substr(i), true);
+    if (length == 0) return false;
+    i += length;
+  }
+  return true;
+}
+
+// The length of the valid UTF-8 sequence (no surrogates, no overlong forms)
+// that starts `text`, 0 if none does.
+size_t utf8_sequence_length(std::string_view text) { return sequence_length(text, false); }
 
 }  // namespace
 
