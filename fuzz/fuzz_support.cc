@@ -104,23 +104,29 @@ std::filesystem::path write_file(std::string_view name, std::span<const uint8_t>
   return path;
 }
 
+std::vector<PackedFile> packed_files(std::string_view data) {
+  constexpr std::string_view kMarker = "\n@@";
+  std::vector<PackedFile> files;
+  for (size_t at = data.find(kMarker); at != std::string_view::npos;) {
+    const size_t name_begin = at + kMarker.size();
+    const size_t name_end = data.find('\n', name_begin);
+    if (name_end == std::string_view::npos) break;
+    const size_t next = data.find(kMarker, name_end);
+    const size_t end = next == std::string_view::npos ? data.size() : next;
+    files.push_back({data.substr(name_begin, name_end - name_begin), data.substr(name_end + 1, end - name_end - 1)});
+    at = next;
+  }
+  return files;
+}
+
 std::filesystem::path unpack_directory(std::string_view root, std::span<const uint8_t> data) {
   std::filesystem::path dir = scratch() / std::string(root);
   empty_path(dir);
   std::filesystem::create_directories(dir);
-  std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
-  constexpr std::string_view kMarker = "\n@@";
-  size_t at = text.find(kMarker);
+  const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
   int files = 0;
-  while (at != std::string_view::npos && files < 64) {
-    size_t name_begin = at + kMarker.size();
-    size_t name_end = text.find('\n', name_begin);
-    if (name_end == std::string_view::npos) break;
-    size_t next = text.find(kMarker, name_end);
-    size_t content_end = next == std::string_view::npos ? text.size() : next;
-    std::string_view name = text.substr(name_begin, name_end - name_begin);
-    std::span<const uint8_t> contents = data.subspan(name_end + 1, content_end - (name_end + 1));
-    at = next;
+  for (const auto& [name, contents] : packed_files(text)) {
+    if (files >= 64) break;
     // The path: components checked one by one.
     std::filesystem::path relative;
     bool ok = !name.empty();

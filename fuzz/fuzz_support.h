@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ckpt/format.h"
 
@@ -48,6 +49,14 @@ std::filesystem::path write_file(std::string_view name, std::span<const uint8_t>
 // before the first marker are ignored; a file with a bad path is skipped;
 // at most 64 files, 8 levels deep.
 std::filesystem::path unpack_directory(std::string_view root, std::span<const uint8_t> data);
+
+// The packed files of `data` (the packing above), in order: each its PATH as
+// written (unchecked) and its CONTENTS.
+struct PackedFile {
+  std::string_view name;
+  std::string_view contents;
+};
+std::vector<PackedFile> packed_files(std::string_view data);
 
 // Walks the checkpoint at `path` as ckpt's users do: ckpt::open (lazy, with
 // `format`), the inspect document rendered as JSON, every tensor's bytes read

@@ -23,21 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string_view text(reinterpret_cast<const char*>(data), size);
     std::vector<ckpt::tf_detail::IndexRecord> records;
     std::string files;  // re-packed for unpack_directory
-    constexpr std::string_view kMarker = "\n@@";
-    for (size_t at = text.find(kMarker); at != std::string_view::npos && records.size() < 4096;) {
-      size_t name_begin = at + kMarker.size();
-      size_t name_end = text.find('\n', name_begin);
-      if (name_end == std::string_view::npos) break;
-      size_t next = text.find(kMarker, name_end);
-      size_t end = next == std::string_view::npos ? text.size() : next;
-      std::string_view name = text.substr(name_begin, name_end - name_begin);
-      std::string_view value = text.substr(name_end + 1, end - name_end - 1);
+    for (const auto& [name, value] : ckpt::fuzz::packed_files(text)) {
+      if (records.size() >= 4096) break;
       if (name.starts_with('@')) {
-        files.append(kMarker).append("model.").append(name.substr(1)).append("\n").append(value);
+        files.append("\n@@model.").append(name.substr(1)).append("\n").append(value);
       } else {
         records.emplace_back(std::string(name), std::string(value));
       }
-      at = next;
     }
     std::stable_sort(records.begin(), records.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
