@@ -4,8 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "ckpt/error.h"
 #include "io/file_system.h"
@@ -48,6 +51,7 @@ class Pin {
 
 void read_stable_directory(const std::filesystem::path& path, const std::function<void()>& read, int attempts) {
   for (int attempt = 0; attempt < attempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, 1 << std::min(attempt - 1, 7))));
     const Pin pin(path);
     try {
       read();

@@ -46,6 +46,7 @@ const std::map<std::string, Layer>& public_headers() {
       {"checkpoint.h", kCheckpoint}, {"convert.h", kCheckpoint}, {"diff.h", kCheckpoint},
       {"document.h", kCheckpoint},  {"memory.h", kCheckpoint}, {"transform.h", kCheckpoint},
       {"restore.h", kUpper},        {"ckpt.h", kUpper},        {"cli.h", kPublicTop},
+      {"run_directory.h", kUpper},  {"manager.h", kUpper},     {"average.h", kUpper},
   };
   return headers;
 }
