@@ -104,7 +104,7 @@ std::optional<RunListing> list_flax_run(const fs::path& run_dir) {
     entry.path = path;
     std::optional<double> commit_time;
     if (run_entry.directory && is_file(path / orbax_detail::kCheckpointMetadataFile)) {
-      OrbaxStepRecord record = read_orbax_step_record(path / orbax_detail::kCheckpointMetadataFile);
+      OrbaxStepRecord record = read_orbax_step_record(path);
       entry.metrics = std::move(record.metrics);
       commit_time = record.commit_time;
     }
@@ -221,7 +221,7 @@ std::optional<RunListing> list_orbax_run(const fs::path& run_dir) {
     // files, or is a step in progress, makes this an Orbax run.
     if (!is_file(record_file)) continue;
     seen = true;
-    OrbaxStepRecord record = read_orbax_step_record(record_file);
+    OrbaxStepRecord record = read_orbax_step_record(path);
     CheckpointEntry entry;
     entry.step = step;
     entry.path = path;

@@ -1,5 +1,6 @@
 #include "manager/foreign_files.h"
 
+#include <simdjson.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -21,6 +22,9 @@ namespace fs = std::filesystem;
 
 // An Orbax step record is a few kilobytes; this bounds what a listing reads.
 constexpr uintmax_t kMaxStepRecordBytes = 16u << 20;
+// orbax.checkpoint.CheckpointManager's METRIC_ITEM_NAME: the item and the
+// file its JsonCheckpointHandler writes.
+constexpr std::string_view kOrbaxMetricsItem = "metrics";
 
 struct FileFacts {
   uint64_t size = 0;
@@ -128,34 +132,64 @@ std::optional<std::vector<fs::path>> tf_bundle_files(const fs::path& prefix, con
   return files;
 }
 
-OrbaxStepRecord read_orbax_step_record(const fs::path& checkpoint_metadata) {
+namespace {
+
+// The text of a step's small JSON file, at most kMaxStepRecordBytes.
+std::string read_step_file(const fs::path& file) {
   std::error_code error;
-  const uintmax_t size = fs::file_size(checkpoint_metadata, error);
-  if (error) throw_io(checkpoint_metadata, "cannot read the step's metadata", error.value());
+  const uintmax_t size = fs::file_size(file, error);
+  if (error) throw_io(file, "cannot read the step's metadata", error.value());
   if (size > kMaxStepRecordBytes) {
-    throw Error(ErrorCode::kCorrupt, "_CHECKPOINT_METADATA of " + std::to_string(size) + " bytes is over ckpt's limit",
-                {.path = checkpoint_metadata});
+    throw Error(ErrorCode::kCorrupt, "file of " + std::to_string(size) + " bytes is over ckpt's limit of " +
+                                         std::to_string(kMaxStepRecordBytes) + " for a step's metadata",
+                {.path = file});
   }
-  std::ifstream in(checkpoint_metadata, std::ios::binary);
+  std::ifstream in(file, std::ios::binary);
   std::string text(static_cast<size_t>(size), '\0');
   if (!in || !in.read(text.data(), static_cast<std::streamsize>(size))) {
-    throw Error(ErrorCode::kIo, "cannot read the step's metadata", {.path = checkpoint_metadata});
+    throw Error(ErrorCode::kIo, "cannot read the step's metadata", {.path = file});
   }
+  return text;
+}
+
+std::optional<double> json_number(const std::string& json) {
+  double value = 0;
+  const auto [end, failure] = std::from_chars(json.data(), json.data() + json.size(), value);
+  if (failure != std::errc() || end != json.data() + json.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+OrbaxStepRecord read_orbax_step_record(const fs::path& step_directory) {
+  const fs::path record_file = step_directory / orbax_detail::kCheckpointMetadataFile;
   const Metadata fields =
-      orbax_detail::flatten_checkpoint_metadata(text, {.path = checkpoint_metadata}, "custom_metadata");
+      orbax_detail::flatten_checkpoint_metadata(read_step_file(record_file), {.path = record_file}, "custom_metadata");
   OrbaxStepRecord record;
-  const auto number = [](const std::string& json) -> std::optional<double> {
-    double value = 0;
-    const auto [end, failure] = std::from_chars(json.data(), json.data() + json.size(), value);
-    if (failure != std::errc() || end != json.data() + json.size()) return std::nullopt;
-    return value;
-  };
   constexpr std::string_view kMetrics = "metrics.";
   for (const auto& [key, value] : fields) {
     if (key.starts_with(kMetrics)) {
-      if (const auto metric = number(value)) record.metrics.emplace(key.substr(kMetrics.size()), *metric);
+      if (const auto metric = json_number(value)) record.metrics.emplace(key.substr(kMetrics.size()), *metric);
     } else if (key == "commit_timestamp_nsecs") {
-      if (const auto nanoseconds = number(value)) record.commit_time = *nanoseconds * 1e-9;
+      if (const auto nanoseconds = json_number(value)) record.commit_time = *nanoseconds * 1e-9;
+    }
+  }
+  // CheckpointManager with a best_fn saves the metrics as an item of their
+  // own: <step>/metrics/metrics, a JSON object.
+  const fs::path metrics_file = step_directory / kOrbaxMetricsItem / kOrbaxMetricsItem;
+  std::error_code error;
+  if (record.metrics.empty() && fs::is_regular_file(metrics_file, error)) {
+    const std::string text = read_step_file(metrics_file);
+    simdjson::dom::parser parser;
+    simdjson::dom::object object;
+    if (parser.parse(text.data(), text.size()).get_object().get(object)) {
+      throw Error(ErrorCode::kCorrupt, "the step's metrics are not a JSON object", {.path = metrics_file});
+    }
+    for (const auto field : object) {
+      double value = 0;
+      if (field.value.is_number() && !field.value.get_double().get(value)) {
+        record.metrics.emplace(std::string(field.key), value);
+      }
     }
   }
   return record;

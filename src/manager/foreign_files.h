@@ -44,15 +44,17 @@ void set_files(CheckpointEntry& entry, std::vector<std::filesystem::path> files,
 std::optional<std::vector<std::filesystem::path>> tf_bundle_files(const std::filesystem::path& prefix,
                                                                   const std::vector<RunEntry>& entries);
 
-// The directory's step (`checkpoint_dir/_CHECKPOINT_METADATA`, Orbax):
-// its "metrics" numbers and its commit time (commit_timestamp_nsecs, in
-// seconds). Throws Error{kCorrupt} naming the file if it is not a JSON
-// object or over 16 MiB.
+// What an Orbax step directory records of itself: its metrics (the
+// numbers of _CHECKPOINT_METADATA's "metrics" object, else of the
+// "metrics/metrics" item that CheckpointManager with a best_fn writes) and
+// its commit time (commit_timestamp_nsecs, in seconds). Throws
+// Error{kCorrupt} naming the file if one is not a JSON object or is over
+// 16 MiB, {kIo}.
 struct OrbaxStepRecord {
   std::map<std::string, double> metrics;
   std::optional<double> commit_time;
 };
-OrbaxStepRecord read_orbax_step_record(const std::filesystem::path& checkpoint_metadata);
+OrbaxStepRecord read_orbax_step_record(const std::filesystem::path& step_directory);
 
 // Sorts a listing oldest first: by step, then epoch (an entry without one
 // after those with), then `later_last` (an entry that names the newest copy

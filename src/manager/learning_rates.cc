@@ -219,6 +219,16 @@ class Parser {
   // A number: a literal, nan, inf, float(...), np.NAME(...), any of them
   // after signs.
   double number() {
+    // float(float(...)) nests: bounded like every other nesting.
+    struct Nesting {
+      explicit Nesting(Parser& parser) : parser(parser) {
+        if (++parser.number_depth_ > kMaxLiteralDepth) {
+          parser.fail("number nested deeper than " + std::to_string(kMaxLiteralDepth) + " calls", parser.position_);
+        }
+      }
+      ~Nesting() { --parser.number_depth_; }
+      Parser& parser;
+    } nesting(*this);
     bool negative = false;
     while (peek() == '+' || peek() == '-') {
       negative ^= peek() == '-';
@@ -323,6 +333,7 @@ class Parser {
             for (int k = 0; k < 2 && peek() >= '0' && peek() <= '7'; ++k) code = code * 8 + (text_[position_++] - '0');
             break;
           }
+          if (e == 'N') fail("\\N{...} escapes are not supported in a string", escape_at);
           // Python keeps an unknown escape as it is (with a warning).
           out += '\\';
           out += e;
@@ -477,6 +488,7 @@ class Parser {
   std::string_view text_;
   const fs::path& file_;
   size_t position_ = 0;
+  int number_depth_ = 0;
 };
 
 // ---- Writing, as RETURNN's better_repr writes ----

@@ -209,9 +209,11 @@ def test_orbax_checkpoint_manager(run, tmp_path):
     import orbax.checkpoint as ocp
 
     tree = {"params": {"w": np.arange(4, dtype=np.float32)}}
-    options = ocp.CheckpointManagerOptions(max_to_keep=2)
+    # With a best_fn, Orbax keeps the metrics (in <step>/metrics/metrics).
+    options = ocp.CheckpointManagerOptions(max_to_keep=2, best_fn=lambda metrics: metrics["loss"],
+                                           best_mode="min")
     with ocp.CheckpointManager(tmp_path, options=options) as manager:
-        for step, loss in ((1, 0.75), (5, 0.5), (9, 0.25)):
+        for step, loss in ((1, 0.75), (5, 0.5), (9, 0.25)):  # the best two are the last two
             manager.save(step, args=ocp.args.StandardSave(tree), metrics={"loss": loss})
         manager.wait_until_finished()
     listing = ls_json(run, tmp_path)

@@ -298,6 +298,12 @@ TEST(LearningRatesTest, DeepNestingDoesNotOverflowTheStack) {
   text += std::string(100000, '[');
   text += "})}";
   EXPECT_THROW(parse_learning_rates(text), Error);
+  std::string calls = "{1: EpochData(learningRate=";
+  for (int i = 0; i < 100000; ++i) calls += "float(";
+  EXPECT_THROW(parse_learning_rates(calls), Error);
+  std::string numpy = "{1: EpochData(learningRate=";
+  for (int i = 0; i < 100000; ++i) numpy += "np.float64(";
+  EXPECT_THROW(parse_learning_rates(numpy), Error);
 }
 
 }  // namespace
