@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <string_view>
@@ -54,7 +55,10 @@ std::map<std::string, const Tree*> tensors_by_name(const Tree& tree) {
 
 // The sum, in float64 (complex128) values, of `tensor` added to `sum`.
 void add_into(std::vector<double>& sum, const Tensor& tensor, DType accumulator, unsigned threads) {
-  const Tensor wide = cast(tensor, accumulator, threads);
+  Tensor wide = cast(tensor, accumulator, threads);
+  // A float64 input is returned as it is, possibly unaligned in its file
+  // (msgpack): read it through an aligned copy.
+  if (reinterpret_cast<uintptr_t>(wide.bytes().data()) % alignof(double) != 0) wide = wide.copy();
   const std::span<const std::byte> bytes = wide.bytes();
   const size_t count = bytes.size() / sizeof(double);
   if (sum.empty()) {
