@@ -108,7 +108,14 @@ std::optional<RunListing> list_flax_run(const fs::path& run_dir) {
       entry.metrics = std::move(record.metrics);
       commit_time = record.commit_time;
     }
-    set_files(entry, {path}, commit_time);
+    std::vector<fs::path> files = {path};
+    // Flax keeps a checkpoint's multiprocess arrays beside its file, in
+    // "<name>_gda/" (checkpoints.py MP_ARRAY_POSTFIX).
+    std::error_code error;
+    if (run_entry.file && fs::is_directory(run_dir / (run_entry.name + "_gda"), error)) {
+      files.push_back(run_dir / (run_entry.name + "_gda"));
+    }
+    set_files(entry, std::move(files), commit_time);
     listing.checkpoints.push_back(std::move(entry));
   }
   if (!seen) return std::nullopt;

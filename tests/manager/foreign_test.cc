@@ -221,10 +221,14 @@ TEST(ForeignRunTest, FlaxCheckpointsInStepOrder) {
   save(run / "checkpoint_2", small_state(2), {.format = "flax"});
   write_file(run / "checkpoint_tmp", "a save in progress");
   fs::create_directory(run / "checkpoint_30.orbax-checkpoint-tmp-1");
+  fs::create_directory(run / "checkpoint_10_gda");  // its multiprocess arrays
+  write_file(run / "checkpoint_10_gda" / "array", "1234");
   const RunListing listing = list_run_directory(run.path());
   EXPECT_EQ(listing.layout, "flax");
   ASSERT_EQ(steps_of(listing), (Epochs{2, 10}));
   EXPECT_EQ(listing.checkpoints[1].path, run / "checkpoint_10");
+  EXPECT_EQ(file_names(listing.checkpoints[1]), (std::vector<std::string>{"checkpoint_10", "checkpoint_10_gda"}));
+  EXPECT_EQ(listing.checkpoints[1].size, fs::file_size(run / "checkpoint_10") + 4);
   EXPECT_EQ(load(listing.checkpoints[1].path).at("w").tensor().copy().values<float>()[0], 10.0f);
 }
 
