@@ -54,7 +54,8 @@ struct AverageResult {
 // float4_e2m1fn_x2 tensors and every non-tensor leaf (an epoch counter, a
 // step) are the newest input's. Inputs are opened lazily and averaged one
 // tensor at a time: beside the result, memory holds one tensor's float64
-// sum and one input tensor as float64.
+// sum and one input tensor as float64. Leaves that share one tensor in the
+// newest input (tied weights) are averaged each and come out untied.
 // Throws Error{kInvalidArgument} for no inputs; {kMismatch} naming the
 // tensor and both files when a tensor is missing from one input or differs
 // in dtype or shape; what ckpt::load throws for an input it cannot read.

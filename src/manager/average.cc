@@ -53,21 +53,18 @@ std::map<std::string, const Tree*> tensors_by_name(const Tree& tree) {
               "cannot average: " + message + " in " + a.string() + " and " + b.string(), {.path = a, .entry = name});
 }
 
-// The sum, in float64 (complex128) values, of `tensor` added to `sum`.
-void add_into(std::vector<double>& sum, const Tensor& tensor, DType accumulator, unsigned threads) {
+// Adds `tensor`'s values, as float64 (complex128: two float64 each), into
+// `sum`, a heap tensor of the accumulator dtype and `tensor`'s shape.
+void add_into(Tensor& sum, const Tensor& tensor, DType accumulator, unsigned threads) {
   Tensor wide = cast(tensor, accumulator, threads);
   // A float64 input is returned as it is, possibly unaligned in its file
   // (msgpack): read it through an aligned copy.
   if (reinterpret_cast<uintptr_t>(wide.bytes().data()) % alignof(double) != 0) wide = wide.copy();
   const std::span<const std::byte> bytes = wide.bytes();
   const size_t count = bytes.size() / sizeof(double);
-  if (sum.empty()) {
-    sum.resize(count);
-    std::memcpy(sum.data(), bytes.data(), count * sizeof(double));
-    return;
-  }
   const double* values = reinterpret_cast<const double*>(bytes.data());
-  for (size_t i = 0; i < count; ++i) sum[i] += values[i];
+  double* total = reinterpret_cast<double*>(sum.mutable_bytes().data());
+  for (size_t i = 0; i < count; ++i) total[i] += values[i];
 }
 
 std::string averaged_from_json(const std::vector<AverageInput>& inputs) {
@@ -136,7 +133,7 @@ AverageResult average_checkpoints(const std::vector<AverageInput>& inputs, const
     if (!accumulator || inputs.size() == 1) {
       averaged.push_back(last);
     } else {
-      std::vector<double> sum;
+      Tensor sum = Tensor::zeros(*accumulator, last.shape());
       for (size_t k = 0; k < inputs.size(); ++k) {
         try {
           add_into(sum, tensors[k].at(order[t])->tensor(), *accumulator, options.threads);
@@ -145,8 +142,9 @@ AverageResult average_checkpoints(const std::vector<AverageInput>& inputs, const
           throw;
         }
       }
-      for (double& value : sum) value /= count;
-      const Tensor mean = Tensor::from_values(*accumulator, last.shape(), std::span<const double>(sum));
+      double* total = reinterpret_cast<double*>(sum.mutable_bytes().data());
+      for (size_t i = 0; i < sum.nbytes() / sizeof(double); ++i) total[i] /= count;
+      const Tensor& mean = sum;
       averaged.push_back(cast(mean, last.dtype(), options.threads));
     }
     if (options.progress) options.progress(t + 1, order.size());

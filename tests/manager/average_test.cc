@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <complex>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ Tree state(double scale, int64_t epoch) {
   Tree model = Tree::map();
   model.set(std::string("w"), Tree(floats(DType::kFloat32, {1.0 * scale, -2.0 * scale, 0.1 * scale})));
   model.set(std::string("h"), Tree(floats(DType::kBFloat16, {scale, 3.0 * scale})));
+  const std::vector<std::complex<float>> phases = {{static_cast<float>(scale), -1.0f}, {0.5f, static_cast<float>(scale)}};
+  model.set(std::string("z"),
+            Tree(Tensor::from_values(DType::kComplex64, {2}, std::span<const std::complex<float>>(phases))));
   const std::vector<int64_t> counts = {epoch, epoch * 10};
   model.set(std::string("count"), Tree(Tensor::from_values(DType::kInt64, {2}, std::span<const int64_t>(counts))));
   Tree tree = Tree::map();
@@ -58,9 +62,9 @@ TEST(AverageTest, MeanOfThreeCheckpointsOfDifferentFormats) {
        {.path = dir / "c.msgpack"}},
       {.progress = [&](size_t done, size_t total) {
          progress.push_back(done);
-         EXPECT_EQ(total, 3u);
+         EXPECT_EQ(total, 4u);
        }});
-  EXPECT_EQ(progress, (std::vector<size_t>{1, 2, 3}));
+  EXPECT_EQ(progress, (std::vector<size_t>{1, 2, 3, 4}));
   // float32: the float64 mean of the float32 inputs, rounded once.
   const std::vector<double> w = values_of(result.tree.at("model.w").tensor());
   const double inputs[3][3] = {{1.0, -2.0, 0.1}, {2.0, -4.0, 0.2}, {4.0, -8.0, 0.4}};
@@ -74,6 +78,12 @@ TEST(AverageTest, MeanOfThreeCheckpointsOfDifferentFormats) {
   // bfloat16: (1 + 2 + 4) / 3 = 2.333..., nearest bfloat16 2.328125; (3 + 6 + 12) / 3 = 7.
   EXPECT_EQ(result.tree.at("model.h").tensor().dtype(), DType::kBFloat16);
   EXPECT_EQ(values_of(result.tree.at("model.h").tensor()), (std::vector<double>{2.328125, 7.0}));
+  // complex64: per component, (1 + 2 + 4) / 3 and -1; 0.5 and 7 / 3, rounded to float.
+  const Tensor z = result.tree.at("model.z").tensor().copy();
+  EXPECT_EQ(z.dtype(), DType::kComplex64);
+  const auto phases = z.values<std::complex<float>>();
+  EXPECT_EQ(phases[0], std::complex<float>(static_cast<float>(7.0 / 3.0), -1.0f));
+  EXPECT_EQ(phases[1], std::complex<float>(0.5f, static_cast<float>(7.0 / 3.0)));
   // Integers and non-tensor leaves: the newest's.
   EXPECT_EQ(result.tree.at("model.count").tensor().copy().values<int64_t>()[1], 30);
   EXPECT_EQ(result.tree.at("epoch").integer(), 3);
