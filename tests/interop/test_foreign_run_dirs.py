@@ -127,6 +127,43 @@ def test_returnn_torch_run_directory(run, tmp_path):
     assert "epoch.002.pt" in table and "dev_score=1.25" in table
 
 
+def test_returnn_tensorflow_and_jax_models(run, tmp_path):
+    """RETURNN's TF backend saves with TF1's Saver (epoch.NNN.index, .data-*,
+    .meta and a `checkpoint` state file); its JAX backend an Orbax directory
+    epoch.NNN.orbax/."""
+    import orbax.checkpoint as ocp
+    import tensorflow as tf
+
+    models = tmp_path / "models"
+    models.mkdir()
+    with tf.Graph().as_default():
+        variable = tf.compat.v1.get_variable("w", initializer=np.arange(6, dtype=np.float32).reshape(2, 3))
+        saver = tf.compat.v1.train.Saver(max_to_keep=None)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for epoch in (1, 2):
+                session.run(variable.assign_add(tf.ones_like(variable)))
+                saver.save(session, str(models / f"epoch.{epoch:03d}"), write_meta_graph=True)
+    assert (models / "checkpoint").exists() and (models / "epoch.002.meta").exists()
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(models / "epoch.003.orbax", {"w": np.ones((2, 3), np.float32)})
+    checkpointer.wait_until_finished()
+    (models / "epoch.004.orbax").mkdir()  # a save in progress: no _CHECKPOINT_METADATA yet
+    (tmp_path / "learning_rates").write_text(returnn_style_text({2: EpochRecord(0.01, {"dev_score": 0.5})}))
+
+    listing = ls_json(run, models)
+    assert listing["layout"] == "returnn"
+    entries = listing["checkpoints"]
+    assert [e["epoch"] for e in entries] == [1, 2, 3]
+    assert [e["path"] for e in entries] == [str(models / "epoch.001"), str(models / "epoch.002"),
+                                           str(models / "epoch.003.orbax")]
+    assert entries[1]["metrics"] == {"dev_score": 0.5}
+    prefix = models / "epoch.002"
+    assert entries[1]["size"] == sum(os.path.getsize(p) for p in models.glob("epoch.002.*"))
+    verify_all(run, listing)
+    assert json.loads(run("inspect", prefix, "--json").stdout)["format"] == "tf"
+
+
 def ckpt_tests_binary(ckpt_tool):
     return pathlib.Path(ckpt_tool).parent / "ckpt_tests"
 
