@@ -215,6 +215,33 @@ TEST(ForeignRunTest, TensorFlowCorruptStateFileNamesIt) {
   }
 }
 
+TEST(ForeignRunTest, OversizedRecordsAreCorruptWithoutBeingRead) {
+  // Sparse files: the size is refused before a byte is read.
+  TempDir tf_run;
+  write_file(tf_run / "checkpoint", "");
+  fs::resize_file(tf_run / "checkpoint", (16u << 20) + 1);
+  TempDir returnn_run;
+  save(returnn_run / "epoch.001.pt", small_state(1));
+  write_file(returnn_run / "learning_rates", "");
+  fs::resize_file(returnn_run / "learning_rates", (64u << 20) + 1);
+  TempDir orbax_run;
+  fs::create_directory(orbax_run / "1");
+  write_file(orbax_run / "1" / "_CHECKPOINT_METADATA", "");
+  fs::resize_file(orbax_run / "1" / "_CHECKPOINT_METADATA", (16u << 20) + 1);
+  for (const auto& [run, record] : {std::pair{tf_run.path(), tf_run / "checkpoint"},
+                                    std::pair{returnn_run.path(), returnn_run / "learning_rates"},
+                                    std::pair{orbax_run.path(), orbax_run / "1" / "_CHECKPOINT_METADATA"}}) {
+    try {
+      list_run_directory(run);
+      ADD_FAILURE() << "expected kCorrupt for " << record;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << error.what();
+      EXPECT_EQ(error.context().path, record);
+      EXPECT_NE(std::string(error.what()).find("limit"), std::string::npos) << error.what();
+    }
+  }
+}
+
 TEST(ForeignRunTest, FlaxCheckpointsInStepOrder) {
   TempDir run;
   save(run / "checkpoint_10", small_state(10), {.format = "flax"});

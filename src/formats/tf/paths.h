@@ -57,7 +57,7 @@ struct StateFileContents {
 // Parses the state file `file` (unknown fields are ignored, as TensorFlow's
 // text parser would refuse them only in a newer proto). Throws Error{kIo}
 // if it cannot be read, {kCorrupt} naming it if it is not a CheckpointState
-// in text format.
+// in text format or is over 16 MiB.
 StateFileContents read_state_file(const std::filesystem::path& file);
 
 struct StateFileOptions {
