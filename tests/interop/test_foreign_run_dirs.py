@@ -165,6 +165,12 @@ def test_returnn_tensorflow_and_jax_models(run, tmp_path):
 
 
 def ckpt_tests_binary(ckpt_tool):
+    """The C++ test binary: beside the CLI, else in the sanitizer build that
+    `make test` builds, else in the release build."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for folder in (pathlib.Path(ckpt_tool).parent, root / "build-sanitize", root / "build"):
+        if os.access(folder / "ckpt_tests", os.X_OK):
+            return folder / "ckpt_tests"
     return pathlib.Path(ckpt_tool).parent / "ckpt_tests"
 
 
