@@ -4,6 +4,7 @@
 // returnn_layout.cc; TensorFlow's, Flax's, Lightning's and Orbax's here.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -160,7 +161,8 @@ bool parse_lightning_stem(std::string_view stem, CheckpointEntry& entry) {
   }
   const auto integer = [&](const char* key) -> std::optional<int64_t> {
     const auto found = numbers.find(key);
-    if (found == numbers.end() || found->second < 0 || found->second != static_cast<double>(static_cast<int64_t>(found->second))) {
+    if (found == numbers.end() || !(found->second >= 0 && found->second < 9.2e18) ||
+        found->second != std::floor(found->second)) {
       return std::nullopt;
     }
     return static_cast<int64_t>(found->second);
