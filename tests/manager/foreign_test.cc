@@ -277,6 +277,18 @@ TEST(ForeignRunTest, LightningNamesAndLastCkpt) {
   EXPECT_EQ(listing.checkpoints[3].path, run / "last.ckpt");  // the newest copy of step 30
 }
 
+TEST(ForeignRunTest, LightningNumbersOutOfRangeAreUnknown) {
+  TempDir run;
+  save(run / "epoch=1e300-step=5.ckpt", small_state(0), {.format = "torch"});
+  save(run / "epoch=-1.ckpt", small_state(0), {.format = "torch"});  // no epoch or step left
+  save(run / "epoch=1.5-step=x.ckpt", small_state(0), {.format = "torch"});  // not a number
+  const RunListing listing = list_run_directory(run.path());
+  EXPECT_EQ(listing.layout, "lightning");
+  ASSERT_EQ(listing.checkpoints.size(), 1u);
+  EXPECT_FALSE(listing.checkpoints[0].epoch.has_value());
+  EXPECT_EQ(listing.checkpoints[0].step, 5);
+}
+
 TEST(ForeignRunTest, OrbaxCheckpointManagerSteps) {
   TempDir run;
   for (int step : {5, 100}) {
