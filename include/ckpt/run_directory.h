@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/tree.h"
+
 namespace ckpt {
 
 // One checkpoint found in a run directory.
@@ -55,5 +57,14 @@ struct RunListing {
 // {kCorrupt} naming the file if a record it needs (checkpoint.json, a
 // learning_rates file, TF's checkpoint state file) cannot be parsed.
 RunListing list_run_directory(const std::filesystem::path& run_dir);
+
+// `listing` as a document (ckpt/document.h: to_json() gives `ckpt ls
+// --json`, the Python package hands it over as dicts and lists):
+//   {"run_dir": str, "layout": str,
+//    "checkpoints": [{"step": int | none, "epoch": int | none,
+//                     "metrics": {name: float...}, "path": str, "size": int,
+//                     "time": float, "kept_by": [str...]}...]}   // oldest first
+// A number the layout does not know is none (JSON null).
+Tree listing_document(const RunListing& listing);
 
 }  // namespace ckpt

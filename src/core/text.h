@@ -52,6 +52,12 @@ std::string quoted(std::string_view text, QuoteOptions options = {});
 // when the value needs them): hex_digits(0xbeef, 8) == "0000beef".
 std::string hex_digits(uint64_t value, size_t width);
 
+// Appends the UTF-8 encoding of `code_point` (at most U+10FFFF; the
+// surrogates U+D800..U+DFFF encode as their three-byte forms, which
+// valid_utf8 refuses unless told otherwise) to `out`. Returns false, and
+// appends nothing, for a value past U+10FFFF.
+bool append_utf8(std::string& out, uint32_t code_point);
+
 // The 8 hex digits of a 32-bit value, as ckpt prints CRC-32 and CRC-32C
 // digests: hex8(0xbeef) == "0000beef".
 inline std::string hex8(uint32_t value) { return hex_digits(value, 8); }

@@ -41,5 +41,7 @@ Command add_verify_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
 Command add_formats_command(CLI::App& app);
 Command add_example_command(CLI::App& app);
+Command add_ls_command(CLI::App& app);
+Command add_average_command(CLI::App& app);
 
 }  // namespace ckpt::tool

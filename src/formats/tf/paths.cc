@@ -146,6 +146,26 @@ fs::path resolve_prefix(const fs::path& path) {
               {.path = path});
 }
 
+StateFileContents read_state_file(const fs::path& file) {
+  // A state file names a few paths; a larger one is not TensorFlow's.
+  constexpr uintmax_t kMaxStateFileBytes = 16u << 20;
+  std::error_code error;
+  const uintmax_t size = fs::file_size(file, error);
+  if (!error && size > kMaxStateFileBytes) {
+    throw Error(ErrorCode::kCorrupt,
+                "checkpoint state file of " + std::to_string(size) + " bytes is over ckpt's limit of 16 MiB",
+                {.path = file});
+  }
+  const CheckpointState state = *read_state(file, OnFailure::kThrow);
+  StateFileContents contents;
+  contents.model_checkpoint_path = state.model_checkpoint_path();
+  contents.all_model_checkpoint_paths.assign(state.all_model_checkpoint_paths().begin(),
+                                             state.all_model_checkpoint_paths().end());
+  contents.all_model_checkpoint_timestamps.assign(state.all_model_checkpoint_timestamps().begin(),
+                                                  state.all_model_checkpoint_timestamps().end());
+  return contents;
+}
+
 fs::path prefix_for_write(const fs::path& path) {
   const std::string text = path.string();
   if (text.size() > 6 && text.ends_with(".index")) return text.substr(0, text.size() - 6);

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ckpt/format.h"
@@ -44,6 +45,20 @@ std::filesystem::path prefix_for_write(const std::filesystem::path& path);
 // Best effort: a file that cannot be removed stays. Never throws. Returns
 // the files removed.
 std::vector<std::filesystem::path> remove_stale_shards(const std::filesystem::path& prefix, int num_shards) noexcept;
+
+// The fields of a `checkpoint` state file (TensorFlow's CheckpointState),
+// as stored: paths relative to the file's directory or absolute.
+struct StateFileContents {
+  std::string model_checkpoint_path;
+  std::vector<std::string> all_model_checkpoint_paths;
+  std::vector<double> all_model_checkpoint_timestamps;  // seconds since the epoch; may be empty
+};
+
+// Parses the state file `file` (unknown fields are ignored, as TensorFlow's
+// text parser would refuse them only in a newer proto). Throws Error{kIo}
+// if it cannot be read, {kCorrupt} naming it if it is not a CheckpointState
+// in text format or is over 16 MiB.
+StateFileContents read_state_file(const std::filesystem::path& file);
 
 struct StateFileOptions {
   StateFilePolicy policy = StateFilePolicy::kIfPresent;
