@@ -31,7 +31,7 @@ constexpr const char* kVersion = "0.1.0";
 #endif
 
 constexpr const char* kUsage =
-    "usage: ckpt [--help] [--version] <inspect|convert|verify|diff|formats|example> ...";
+    "usage: ckpt [--help] [--version] <inspect|convert|verify|diff|formats|example|prune> ...";
 
 int exit_code(ErrorCode code) {
   switch (code) {
@@ -73,6 +73,7 @@ int run(int argc, char** argv) {
   std::vector<Command> commands = {
       add_inspect_command(app), add_convert_command(app), add_verify_command(app),
       add_diff_command(app),    add_formats_command(app), add_example_command(app),
+      add_prune_command(app),
   };
 
   // CLI11 reports an unknown first word as "a subcommand is required"; say

@@ -41,5 +41,6 @@ Command add_verify_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
 Command add_formats_command(CLI::App& app);
 Command add_example_command(CLI::App& app);
+Command add_prune_command(CLI::App& app);
 
 }  // namespace ckpt::tool
