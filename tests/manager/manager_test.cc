@@ -436,18 +436,18 @@ TEST(ManagerTest, FailedBackgroundSaveIsRethrownOnce) {
   // On the next save instead of wait: the same (it waits for the one in flight).
   detail::inject_write_fault_after(0);
   manager.save(2, small_state(2), {.blocking = false});
-  detail::inject_write_fault_after(-1);
   try {
     manager.save(3, small_state(3), {.blocking = false});
     ADD_FAILURE() << "the background failure did not reach the next save";
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::kIo) << error.what();
   }
+  detail::inject_write_fault_after(-1);
   // And on a blocking save.
   detail::inject_write_fault_after(0);
   manager.save(2, small_state(2), {.blocking = false});
-  detail::inject_write_fault_after(-1);
   EXPECT_THROW(manager.save(3, small_state(3)), Error);
+  detail::inject_write_fault_after(-1);
   manager.save(3, small_state(3));
   manager.close();
   EXPECT_EQ(listed_steps(list_run_directory(dir.path()).checkpoints), (std::vector<int64_t>{1, 3}));
