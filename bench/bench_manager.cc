@@ -1,6 +1,6 @@
 // The checkpoint manager's costs to a training loop (issue 16), run by hand:
 //
-//   build/ckpt_bench manager [--dir DIR] [--mib N] [--repeats N] [--steps N]
+//   build/ckpt_bench manager [--dir DIR] [--mib N] [--repeats N] [--steps N] [--work W]
 //
 // 1. The caller's wait: an asynchronous save (the snapshot of the state)
 //    against a blocking save against one memcpy of the state's bytes.
@@ -8,9 +8,11 @@
 //    file is hard-linked) and one that is 90 % unchanged (a frozen part;
 //    dedup works on whole state files, so this is a full save plus the
 //    digest) against a full save (dedup off).
-// 3. A loop of N steps, each touching every weight (a stand-in for a
-//    training step) and saving asynchronously, against the same loop with
-//    no saves.
+// 3. A loop of N steps, each touching every weight W times (a stand-in for
+//    a training step; W = 1 makes the step far shorter than a save, so the
+//    loop waits for the writer; the default W = 16 makes it a little longer
+//    than one) and saving asynchronously, against the same loop with no
+//    saves.
 // Best of --repeats (default 3); fsync on, as the manager's default.
 
 #include <algorithm>
@@ -76,12 +78,14 @@ int bench_manager_main(int argc, char** argv) {
   double mib = 64;
   int repeats = 3;
   int steps = 8;
+  int work = 16;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--dir") dir = argv[i + 1];
     else if (flag == "--mib") mib = std::atof(argv[i + 1]);
     else if (flag == "--repeats") repeats = std::max(1, std::atoi(argv[i + 1]));
     else if (flag == "--steps") steps = std::max(1, std::atoi(argv[i + 1]));
+    else if (flag == "--work") work = std::max(1, std::atoi(argv[i + 1]));
   }
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -141,21 +145,23 @@ int bench_manager_main(int argc, char** argv) {
       double without = 1e100, with = 1e100;
       for (int r = 0; r < repeats; ++r) {
         without = std::min(without, seconds_of([&] {
-          for (int s = 0; s < steps; ++s) touch(state, 1e-3f);
+          for (int s = 0; s < steps; ++s) {
+            for (int w = 0; w < work; ++w) touch(state, 1e-3f);
+          }
         }));
         fs::remove_all(dir / "loop");
         ckpt::Manager manager(dir / "loop", {.keep_last = 2});
         with = std::min(with, seconds_of([&] {
           for (int s = 0; s < steps; ++s) {
-            touch(state, 1e-3f);
+            for (int w = 0; w < work; ++w) touch(state, 1e-3f);
             manager.save(++step, state, {.blocking = false});
           }
           manager.wait();
         }));
         manager.close();
       }
-      std::printf("  %d steps: no saves %.4f s, async save every step %.4f s (ratio %.2f)\n", steps, without, with,
-                  with / without);
+      std::printf("  %d steps of %d touches: no saves %.4f s, async save every step %.4f s (ratio %.2f)\n", steps,
+                  work, without, with, with / without);
     }
   } catch (const ckpt::Error& error) {
     std::fprintf(stderr, "bench: %s\n", error.what());

@@ -162,7 +162,8 @@ struct Manager::Impl {
                               .time = 0,
                               .format = std::string(format->id()),
                               .state = state_name,
-                              .state_digest = detail::state_digest(job.state),
+                              // Dedup off: no digest, no pass over the bytes for it.
+                              .state_digest = options.dedup ? detail::state_digest(job.state) : std::string(),
                               .files = {}};
     detail::AtomicDirectory directory(final_path, {.fsync = options.fsync, .files_synced = true});
     std::optional<detail::StepRecord> previous;
