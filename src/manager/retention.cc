@@ -107,8 +107,15 @@ std::set<int64_t> returnn_default_pattern(int64_t last) {
     every = 80 * next_power_of_two(1 + last / 240), doubles_of = 20;
   }
   std::set<int64_t> pattern;
-  for (int64_t n = every; n <= last; n += every) pattern.insert(n);
-  for (int64_t n = doubles_of; n <= last; n *= 2) pattern.insert(n);
+  // Steps near INT64_MAX must not overflow: stop before the next would pass `last`.
+  for (int64_t n = every; n <= last; n += every) {
+    pattern.insert(n);
+    if (n > last - every) break;
+  }
+  for (int64_t n = doubles_of; n <= last; n *= 2) {
+    pattern.insert(n);
+    if (n > last / 2) break;
+  }
   return pattern;
 }
 
@@ -134,7 +141,7 @@ void apply(const ReturnnPolicy& policy, const std::vector<CheckpointEntry>& entr
   const int64_t count = static_cast<int64_t>(by_epoch.size());
   if (std::max(policy.keep_last_n, policy.keep_best_n) >= count) {
     const std::string why =
-        "returnn(fewer than " + std::to_string(std::max(policy.keep_last_n, policy.keep_best_n) + 1) + ")";
+        "returnn(fewer than " + std::to_string(static_cast<uint64_t>(std::max(policy.keep_last_n, policy.keep_best_n)) + 1) + ")";
     for (const auto& [epoch, indices] : by_epoch) keep_epoch(epoch, why);
     return;
   }

@@ -201,6 +201,16 @@ TEST(ReturnnPolicyTest, DefaultPatternByLastEpoch) {
             (std::set<int64_t>{3, 20}));
 }
 
+TEST(ReturnnPolicyTest, HugeEpochsDoNotOverflow) {
+  std::vector<CheckpointEntry> entries = steps(1, 4);
+  entries.back().step = INT64_MAX;
+  // Last epoch E = INT64_MAX: every 80 * next_power_of_two(1 + E / 240) = 80 * 2^56; doubles of 20 up to E.
+  const auto kept = kept_steps(entries, {ReturnnPolicy{.keep_last_n = 1, .keep_best_n = 0, .keep = std::nullopt}});
+  EXPECT_EQ(kept, (std::set<int64_t>{INT64_MAX}));
+  EXPECT_EQ(retention_kept_by(entries, {ReturnnPolicy{.keep_last_n = 1, .keep_best_n = INT64_MAX}})[0],
+            (std::vector<std::string>{"returnn(fewer than 9223372036854775808)"}));
+}
+
 TEST(ReturnnPolicyTest, EpochsRatherThanSteps) {
   auto entries = steps(1, 6);
   for (CheckpointEntry& entry : entries) entry.epoch = *entry.step, entry.step = *entry.step * 1000;
