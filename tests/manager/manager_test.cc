@@ -23,6 +23,7 @@
 #include "core/text.h"
 #include "io/atomic_directory.h"
 #include "io/atomic_file.h"
+#include "manager/state_files.h"
 #include "manager/step_record.h"
 #include "support/temp_dir.h"
 
@@ -378,6 +379,27 @@ TEST(ManagerTest, AsyncSaveSnapshotsTheCallersMemory) {
   // Committed in step order.
   EXPECT_LE(entries[0].time, entries[1].time);
   EXPECT_LE(entries[1].time, entries[2].time);
+}
+
+TEST(ManagerTest, SnapshotCopiesWhatTheCallerCanChangeOnly) {
+  TempDir dir;
+  save(dir / "mapped.safetensors", small_state(1));
+  const Tree mapped = load(dir / "mapped.safetensors");
+  std::vector<float> lent_values = {1, 2, 3, 4};
+  Tree state = Tree::map();
+  state.set("mapped", mapped.at("w").tensor());
+  state.set("heap", small_state(2).at("w").tensor());
+  state.set("lent", Tensor(DType::kFloat32, {4}, Buffer::lend(std::as_bytes(std::span(lent_values)), {})));
+  state.set("tied", state.at("heap").tensor());
+  const Tree copy = detail::snapshot_state(state);
+  EXPECT_TRUE(copy == state);
+  EXPECT_TRUE(copy.at("mapped").tensor().same_memory(state.at("mapped").tensor()));  // read-only: shared
+  EXPECT_FALSE(copy.at("heap").tensor().same_memory(state.at("heap").tensor()));
+  EXPECT_FALSE(copy.at("lent").tensor().same_memory(state.at("lent").tensor()));
+  EXPECT_TRUE(copy.at("tied").tensor().same_memory(copy.at("heap").tensor()));  // still tied to each other
+  // The caller's later writes do not reach the snapshot.
+  lent_values[0] = 99;
+  EXPECT_EQ(copy.at("lent").tensor().values<float>()[0], 1.0f);
 }
 
 TEST(ManagerTest, AsyncSavesAreBoundedInFlight) {
