@@ -61,6 +61,7 @@ struct Manager::Impl {
   struct Job {
     int64_t step = 0;
     Tree state;
+    Buffer block;  // where an asynchronous save's snapshot lies
     SaveStepOptions options;
     bool done = false;
     std::exception_ptr error;
@@ -85,6 +86,7 @@ struct Manager::Impl {
   std::optional<int64_t> last_step;            // newest step committed or queued
   std::optional<int64_t> protected_step;       // loaded or restored from: kept until a newer commit
   std::optional<detail::StepRecord> last_record;  // the newest committed checkpoint's (dedup)
+  Buffer spare;  // a written snapshot's block, for the next snapshot
   std::thread worker;
 
   bool writing() const { return lock != nullptr; }
@@ -182,7 +184,12 @@ struct Manager::Impl {
            {.format = record.format, .fsync = options.fsync, .state_file = StateFilePolicy::kLeave});
       record.files = detail::record_state_files(directory.path());
     }
-    job.state = Tree();  // the snapshot's memory goes as soon as it is written
+    job.state = Tree();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
+    if (!job.block.empty() && job.block.storage().use_count() == 1) {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (job.block.size() > spare.size()) spare = std::move(job.block);
+    }
+    job.block = Buffer();
     record.time = now_seconds();
     const std::string json = detail::step_record_json(record);
     detail::AtomicFile file(directory.path() / detail::kStepRecordName, {.fsync = options.fsync});
@@ -357,8 +364,12 @@ void Manager::save(int64_t step, const Tree& state, const SaveStepOptions& optio
   } else {
     m.changed.wait(guard, [&] { return m.queue.size() < m.options.max_in_flight; });
     m.rethrow_error();
+    Buffer spare = std::move(m.spare);
+    m.spare = Buffer();
     guard.unlock();
-    job->state = detail::snapshot_state(state);
+    detail::Snapshot snapshot = detail::snapshot_state(state, std::move(spare));
+    job->state = std::move(snapshot.state);
+    job->block = std::move(snapshot.block);
     guard.lock();
   }
   m.last_step = step;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <system_error>
 
 #include "core/checksum.h"
@@ -101,26 +102,43 @@ std::string state_name(const Format& format) {
   return extensions.empty() ? "state" : "state" + std::string(extensions.front());
 }
 
-Tree snapshot_state(const Tree& state) {
-  Tree copy = state;  // containers copied, tensors still viewing the caller's memory
-  std::map<std::pair<const std::byte*, size_t>, Tensor> copied;  // by the memory they viewed: ties stay tied
-  copy.for_each_tensor([&](Tensor& tensor) {
+Snapshot snapshot_state(const Tree& state, Buffer spare) {
+  constexpr size_t kAlignment = 64;  // each copy as aligned as Buffer::allocate's blocks
+  const auto aligned = [](size_t size) { return (size + kAlignment - 1) / kAlignment * kAlignment; };
+  // What the copies need, ties counted once.
+  using MemoryKey = std::pair<const std::byte*, size_t>;
+  std::set<MemoryKey> counted;
+  size_t total = 0;
+  state.for_each_tensor_leaf([&](std::string_view, const Tree& leaf) {
+    const Tensor& tensor = leaf.tensor();
     if (!caller_can_change(tensor)) return;
     const std::byte* address = tensor.buffer().address();
+    if (address != nullptr && !counted.insert({address, tensor.nbytes()}).second) return;
+    total += aligned(tensor.nbytes());
+  });
+  Snapshot snapshot{.state = state, .block = {}};  // containers copied, tensors still viewing the caller's memory
+  if (total == 0) return snapshot;
+  snapshot.block = spare.size() >= total && spare.writable() ? std::move(spare) : Buffer::allocate(total);
+  std::map<MemoryKey, Tensor> copied;  // by the memory they viewed: ties stay tied
+  size_t offset = 0;
+  snapshot.state.for_each_tensor([&](Tensor& tensor) {
+    if (!caller_can_change(tensor)) return;
+    const std::byte* address = tensor.buffer().address();
+    const MemoryKey key{address, tensor.nbytes()};
     if (address != nullptr) {
-      const auto key = std::make_pair(address, tensor.nbytes());
       const auto found = copied.find(key);
       if (found != copied.end() && found->second.dtype() == tensor.dtype() && found->second.shape() == tensor.shape()) {
         tensor = found->second;
         return;
       }
-      tensor = tensor.copy();
-      copied.emplace(key, tensor);
-      return;
     }
-    tensor = tensor.copy();  // a view of lent or heap memory, gathered
+    Buffer target = snapshot.block.slice(offset, tensor.nbytes());
+    offset += aligned(tensor.nbytes());
+    tensor.read_into(target.mutable_bytes());  // a view of lent or heap memory is gathered
+    tensor = Tensor(tensor.dtype(), tensor.shape(), std::move(target));
+    if (address != nullptr) copied.emplace(key, tensor);
   });
-  return copy;
+  return snapshot;
 }
 
 std::string state_digest(const Tree& state) {

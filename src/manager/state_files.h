@@ -24,9 +24,16 @@ std::string state_name(const Format& format);
 // in heap memory (writable) or lent memory (numpy, torch) are copied,
 // tensors viewing them that shared memory share the copy again; mapped
 // tensors (a private, read-only mapping of a file) and deferred views of
-// mapped data are shared, not copied. Throws Error{kUnsupported} when a
-// copy needs more memory than the machine has.
-Tree snapshot_state(const Tree& state);
+// mapped data are shared, not copied. The copies lie in one heap block:
+// `spare` when it is large enough (the block of an earlier snapshot that is
+// written and released, its pages already faulted in), else a new one.
+// Throws Error{kUnsupported} when a copy needs more memory than the machine
+// has.
+struct Snapshot {
+  Tree state;
+  Buffer block;  // where the copies lie (empty if nothing was copied)
+};
+Snapshot snapshot_state(const Tree& state, Buffer spare = {});
 
 // 16 hex digits of xxh3 over the whole tree: every container's kind, size
 // and keys, every leaf's kind and value, every tensor's dtype, shape and

@@ -391,7 +391,7 @@ TEST(ManagerTest, SnapshotCopiesWhatTheCallerCanChangeOnly) {
   state.set("heap", small_state(2).at("w").tensor());
   state.set("lent", Tensor(DType::kFloat32, {4}, Buffer::lend(std::as_bytes(std::span(lent_values)), {})));
   state.set("tied", state.at("heap").tensor());
-  const Tree copy = detail::snapshot_state(state);
+  const Tree copy = detail::snapshot_state(state).state;
   EXPECT_TRUE(copy == state);
   EXPECT_TRUE(copy.at("mapped").tensor().same_memory(state.at("mapped").tensor()));  // read-only: shared
   EXPECT_FALSE(copy.at("heap").tensor().same_memory(state.at("heap").tensor()));
@@ -400,6 +400,15 @@ TEST(ManagerTest, SnapshotCopiesWhatTheCallerCanChangeOnly) {
   // The caller's later writes do not reach the snapshot.
   lent_values[0] = 99;
   EXPECT_EQ(copy.at("lent").tensor().values<float>()[0], 1.0f);
+  // A spare block large enough is used; one too small is not.
+  Buffer spare = Buffer::allocate(4096);
+  const std::byte* spare_address = spare.address();
+  const detail::Snapshot reused = detail::snapshot_state(state, spare);
+  EXPECT_EQ(reused.block.address(), spare_address);
+  EXPECT_TRUE(reused.state == state);
+  const detail::Snapshot fresh = detail::snapshot_state(state, Buffer::allocate(8));
+  EXPECT_GE(fresh.block.size(), 64u * 2);
+  EXPECT_TRUE(fresh.state == state);
 }
 
 TEST(ManagerTest, AsyncSavesAreBoundedInFlight) {
