@@ -70,8 +70,9 @@ struct SaveStepOptions {
   std::map<std::string, double> metrics;
   std::optional<int64_t> epoch;
   // False: return once the state is snapshotted (tensors whose memory the
-  // caller can still change are copied: heap and lent buffers; mapped and
-  // deferred ones are not), write and commit on the background thread.
+  // caller can still change are copied: heap and lent memory, and views of
+  // them; tensors mapping a file, and deferred views of file data, are
+  // not), write and commit on the background thread.
   bool blocking = true;
   // Keep this checkpoint forever (recorded in ckpt_manager.json).
   bool keep_forever = false;

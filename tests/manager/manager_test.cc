@@ -270,6 +270,37 @@ TEST(ManagerTest, OtherFilesAndRunsSurvive) {
   EXPECT_EQ(listed_steps(list_run_directory(run).checkpoints), (std::vector<int64_t>{5}));
 }
 
+TEST(ManagerTest, BrokenRecordsAreCorruptNamingTheFile) {
+  TempDir dir;
+  { Manager(dir.path()).save(4, small_state(4)); }
+  const fs::path record = dir / "step-00000004" / "checkpoint.json";
+  const std::string good = file_text(record);
+  const auto expect_corrupt = [&](const fs::path& named, const std::string& what) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      try {
+        if (attempt == 0) {
+          list_run_directory(dir.path());
+        } else {
+          Manager manager(dir.path());
+        }
+        ADD_FAILURE() << what << ": accepted";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << what << ": " << error.what();
+        EXPECT_NE(std::string(error.what()).find(named.string()), std::string::npos) << error.what();
+      }
+    }
+  };
+  std::ofstream(record, std::ios::trunc) << "{\"ckpt_version\":1,";
+  expect_corrupt(record, "truncated record");
+  std::string other_step = good;
+  other_step.replace(other_step.find("\"step\":4"), 8, "\"step\":5");
+  std::ofstream(record, std::ios::trunc) << other_step;
+  expect_corrupt(record, "record of another step");
+  std::ofstream(record, std::ios::trunc) << good;
+  std::ofstream(dir / "ckpt_manager.json", std::ios::trunc) << "{\"ckpt_version\":1}";
+  expect_corrupt(dir / "ckpt_manager.json", "config without its fields");
+}
+
 TEST(ManagerTest, AbandonedTemporariesAreRemovedOnOpen) {
   TempDir dir;
   { Manager(dir.path()).save(1, small_state(1)); }
