@@ -7,7 +7,8 @@
 // the manager's own files is visible; the next manager removes the killed
 // one's temporaries and goes on saving.
 //
-// CKPT_CRASH_KILLS (default 3) kills per format; CKPT_CRASH_SEED.
+// CKPT_CRASH_KILLS (default 3) random kills per format; CKPT_CRASH_SEED. Then
+// kills at the 1st, 2nd, 4th and 6th rename, unlink and fsync (strace).
 
 #include <gtest/gtest.h>
 
@@ -31,7 +32,7 @@ using namespace ckpt::testing;
 constexpr int64_t kElements = int64_t{1} << 16;  // 256 KiB of weights: a kill often lands in a write
 
 // Checks the run after a kill; returns how many checkpoints it holds.
-size_t check_run(const fs::path& run, const std::string& what) {
+size_t check_run(const fs::path& run, const std::string& what, int64_t elements = kElements) {
   for (const std::string& name : visible_names(run)) {
     const bool ours = name == "ckpt_manager.json" || name == "ckpt_manager.lock" || name == "checkpoint" ||
                       detail::parse_step_directory_name(name).has_value();
@@ -46,7 +47,7 @@ size_t check_run(const fs::path& run, const std::string& what) {
     try {
       verify(entry.path);
       const Tree tree = load(entry.path);
-      EXPECT_TRUE(is_whole_crash_state(tree, kElements)) << where;
+      EXPECT_TRUE(is_whole_crash_state(tree, elements)) << where;
       EXPECT_EQ(crash_step(tree), *entry.step) << where;
       const detail::StepRecord record = detail::read_step_record(entry.files.front());
       for (const detail::RecordedFile& file : record.files) {
@@ -93,6 +94,34 @@ TEST_P(ManagerCrashTest, RandomKillsLeaveOnlyWholeCheckpoints) {
     }
   }
   std::cout << "[ crash ] manager " << format << ": " << kills << " kills, " << held << " checkpoints after the last\n";
+}
+
+// Kills at the Kth call of a kind in any thread of the writer (strace's
+// counters are per thread: the first ones hit the main thread's opening of
+// the run, later ones the background thread's commits and its pruning).
+TEST_P(ManagerCrashTest, KillsAtSystemCallsLeaveOnlyWholeCheckpoints) {
+  if (!fs::exists("/usr/bin/strace")) GTEST_SKIP() << "strace is not installed (scripts/install-deps installs it)";
+  const std::string format = GetParam();
+  TempDir dir;
+  const fs::path run = dir / "run";
+  const std::vector<std::string> writer = {CKPT_CRASH_WRITER_PATH, "manager", format, run.string(), "3", "1024"};
+  ASSERT_EQ(run_child(writer).status, 0);
+  int killed = 0;
+  for (const std::string calls : {"rename,renameat,renameat2", "unlink,unlinkat,rmdir", "fsync,fdatasync,syncfs"}) {
+    for (int occurrence : {1, 2, 4, 6}) {
+      const std::string what = format + " killed at call " + std::to_string(occurrence) + " of " + calls;
+      std::vector<std::string> argv = {"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=" + calls, "-e",
+                                       "inject=" + calls + ":signal=KILL:when=" + std::to_string(occurrence)};
+      argv.insert(argv.end(), writer.begin(), writer.end());
+      const ChildEnd end = run_child(argv);
+      killed += end.exited ? 0 : 1;
+      EXPECT_GE(check_run(run, what, 1024), 1u) << what;
+      Manager next(run, {.keep_last = 2, .format = format});
+      EXPECT_TRUE(detail::AtomicDirectory::leftover_temporaries(run).empty()) << what;
+    }
+  }
+  EXPECT_GT(killed, 0) << "no system call kill hit the writer";
+  std::cout << "[ crash ] manager " << format << ": " << killed << " writers killed at system calls\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, ManagerCrashTest, ::testing::Values("safetensors", "tf", "orbax"),
