@@ -95,9 +95,7 @@ struct Manager::Impl {
   // Retention's policies now: the configured ones (a custom one with its
   // function), plus the steps kept forever.
   std::vector<RetentionPolicy> live_policies() const {
-    std::vector<RetentionPolicy> live = policies;
-    if (!config.keep_forever.empty()) live.push_back(KeepSteps{.steps = config.keep_forever});
-    return live;
+    return detail::with_kept_forever(policies, config.keep_forever);
   }
 
   std::vector<CheckpointEntry> committed() const {

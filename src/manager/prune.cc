@@ -32,8 +32,7 @@ PruneReport prune_run_directory(const std::filesystem::path& run_dir, const Prun
     }
     const std::optional<detail::RunConfig> config = detail::read_run_config(run_dir);
     if (config) {
-      if (policies.empty()) policies = config->policies;
-      if (!config->keep_forever.empty()) policies.push_back(KeepSteps{.steps = config->keep_forever});
+      policies = detail::with_kept_forever(policies.empty() ? config->policies : policies, config->keep_forever);
       tf_state_file = config->format == "tf";
     }
   }

@@ -212,10 +212,14 @@ void write_run_config(const std::filesystem::path& run_dir, const RunConfig& con
   file.commit();
 }
 
-std::vector<RetentionPolicy> effective_policies(const RunConfig& config) {
-  std::vector<RetentionPolicy> policies = config.policies;
-  if (!config.keep_forever.empty()) policies.push_back(KeepSteps{.steps = config.keep_forever});
+std::vector<RetentionPolicy> with_kept_forever(std::vector<RetentionPolicy> policies,
+                                               const std::vector<int64_t>& keep_forever) {
+  if (!keep_forever.empty()) policies.emplace_back(std::in_place_type<KeepSteps>, KeepSteps{.steps = keep_forever});
   return policies;
+}
+
+std::vector<RetentionPolicy> effective_policies(const RunConfig& config) {
+  return with_kept_forever(config.policies, config.keep_forever);
 }
 
 void fill_kept_by(std::vector<CheckpointEntry>& entries, const std::vector<RetentionPolicy>& policies) {

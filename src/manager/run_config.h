@@ -45,8 +45,12 @@ std::optional<RunConfig> read_run_config(const std::filesystem::path& run_dir);
 // Commits `config` to RUN_DIR/ckpt_manager.json (AtomicFile, synced).
 void write_run_config(const std::filesystem::path& run_dir, const RunConfig& config);
 
-// The policies retention applies for `config`: its policies plus one
-// KeepSteps of keep_forever (when there are any).
+// `policies` plus one KeepSteps of `keep_forever` (when there are any): the
+// one place the forever marks join the policies.
+std::vector<RetentionPolicy> with_kept_forever(std::vector<RetentionPolicy> policies,
+                                               const std::vector<int64_t>& keep_forever);
+
+// The policies retention applies for `config`: with_kept_forever of its own.
 std::vector<RetentionPolicy> effective_policies(const RunConfig& config);
 
 // Fills each entry's kept_by (entries oldest first) from `policies`
