@@ -27,12 +27,14 @@ build: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_SANITIZE=OFF -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=ON
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The release library and CLI alone (what the Python tests and the demo run),
-# without the release build of the tests: make test runs the C++ suite in the
-# sanitizer build instead (docs/design.md, "Fuzzing and sanitizers").
+# The release library and CLI alone (what the Python tests and the demo run;
+# ckpt_crash_writer too, which makes the managed run that
+# tests/interop/test_manager_interop.py reads), without the release build of
+# the tests: make test runs the C++ suite in the sanitizer build instead
+# (docs/design.md, "Fuzzing and sanitizers").
 build-tool: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCKPT_SANITIZE=OFF -DCKPT_BUILD_TESTS=ON -DCKPT_BUILD_BENCH=ON
-	cmake --build $(BUILD) -j $(JOBS) --target ckpt_tool
+	cmake --build $(BUILD) -j $(JOBS) --target ckpt_tool ckpt_crash_writer
 
 # clang-14 (Debian's, with libFuzzer) whatever CC/CXX say: -O1 with line
 # tables, enough for readable reports at a fraction of -O2's compile time.

@@ -5,6 +5,7 @@
 //
 //   build/ckpt_bench [--dir DIR] [--repeats N] [--gib X] [--threads N]
 //   build/ckpt_bench file PATH ...   (one file, JSON figures: bench_file.cc)
+//   build/ckpt_bench manager ...     (the checkpoint manager: bench_manager.cc)
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -177,9 +178,11 @@ void run(const Workload& w, const std::filesystem::path& dir, int repeats, unsig
 }  // namespace
 
 int bench_file_main(int argc, char** argv);
+int bench_manager_main(int argc, char** argv);
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "file") return bench_file_main(argc, argv);
+  if (argc >= 2 && std::string(argv[1]) == "manager") return bench_manager_main(argc, argv);
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "ckpt-bench";
   int repeats = 3;
   double gib = 1.0;

@@ -125,6 +125,15 @@ std::filesystem::path aside_sibling(const std::filesystem::path& final_path) {
 
 bool is_temporary_name(std::string_view file_name) { return !marker_of(file_name).empty(); }
 
+std::optional<std::filesystem::path> temporary_target(const std::filesystem::path& temporary) {
+  const std::string file_name = temporary.filename().string();
+  const std::string_view marker = marker_of(file_name);
+  if (marker.empty()) return std::nullopt;
+  const size_t name_size = file_name.size() - 1 - marker.size() - kSuffixDigits;
+  if (name_size == 0) return std::nullopt;
+  return temporary.parent_path() / file_name.substr(1, name_size);
+}
+
 Claim claim_temporary(int fd, const std::filesystem::path& path) noexcept {
   int result;
   do {

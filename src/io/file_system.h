@@ -46,6 +46,12 @@ std::filesystem::path aside_sibling(const std::filesystem::path& final_path);
 // AtomicDirectory leaves behind.
 bool is_temporary_name(std::string_view file_name);
 
+// The target a temporary or aside name stands for: "<dir>/<name>" for
+// "<dir>/.<name>.ckpt-tmp-<16 hex>" (or .ckpt-old-); nullopt for a path
+// whose name is neither (what an owner of a directory passes to
+// remove_abandoned_temporaries() for each of leftover_temporaries()).
+std::optional<std::filesystem::path> temporary_target(const std::filesystem::path& temporary);
+
 // Liveness of temporaries. The writer of a temporary holds flock(LOCK_EX) on
 // it (the file, or the directory itself) for as long as it may still commit
 // it; the kernel drops the lock when the writer closes it or dies (SIGKILL

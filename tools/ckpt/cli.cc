@@ -31,7 +31,7 @@ constexpr const char* kVersion = "0.1.0";
 #endif
 
 constexpr const char* kUsage =
-    "usage: ckpt [--help] [--version] <inspect|convert|verify|diff|formats|example|ls|average> ...";
+    "usage: ckpt [--help] [--version] <inspect|convert|verify|diff|formats|example|ls|prune|average> ...";
 
 int exit_code(ErrorCode code) {
   switch (code) {
@@ -74,6 +74,7 @@ int run(int argc, char** argv) {
       add_inspect_command(app), add_convert_command(app), add_verify_command(app),
       add_diff_command(app),    add_formats_command(app), add_example_command(app),
       add_ls_command(app),      add_average_command(app),
+      add_prune_command(app),
   };
 
   // CLI11 reports an unknown first word as "a subcommand is required"; say

@@ -43,5 +43,6 @@ Command add_formats_command(CLI::App& app);
 Command add_example_command(CLI::App& app);
 Command add_ls_command(CLI::App& app);
 Command add_average_command(CLI::App& app);
+Command add_prune_command(CLI::App& app);
 
 }  // namespace ckpt::tool

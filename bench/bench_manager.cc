@@ -1,0 +1,172 @@
+// The checkpoint manager's costs to a training loop (issue 16), run by hand:
+//
+//   build/ckpt_bench manager [--dir DIR] [--mib N] [--repeats N] [--steps N] [--work W]
+//
+// 1. The caller's wait: an asynchronous save (the snapshot of the state)
+//    against a blocking save against one memcpy of the state's bytes.
+// 2. Dedup: re-saving a state that is byte for byte the previous one (the
+//    file is hard-linked) and one that is 90 % unchanged (a frozen part;
+//    dedup works on whole state files, so this is a full save plus the
+//    digest) against a full save (dedup off).
+// 3. A loop of N steps, each touching every weight W times (a stand-in for
+//    a training step; W = 1 makes the step far shorter than a save, so the
+//    loop waits for the writer; the default W = 16 makes it a little longer
+//    than one) and saving asynchronously, against the same loop with no
+//    saves.
+// Best of --repeats (default 3); fsync on, as the manager's default.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ckpt/ckpt.h"
+#include "ckpt/manager.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_of(const std::function<void()>& body) {
+  const auto start = Clock::now();
+  body();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A state of `tensors` float32 tensors, `bytes` in all.
+ckpt::Tree make_state(size_t bytes, int tensors) {
+  ckpt::Tree tree = ckpt::Tree::map();
+  const int64_t elements = static_cast<int64_t>(bytes / 4 / static_cast<size_t>(tensors));
+  for (int t = 0; t < tensors; ++t) {
+    ckpt::Tensor tensor = ckpt::Tensor::empty(ckpt::DType::kFloat32, {elements});
+    auto out = tensor.mutable_bytes();
+    for (size_t i = 0; i < out.size(); i += 4) {
+      const float value = static_cast<float>(t) + static_cast<float>(i % 4093) * 1e-3f;
+      std::memcpy(out.data() + i, &value, 4);
+    }
+    tree.set("layer" + std::to_string(t) + ".weight", tensor);
+  }
+  return tree;
+}
+
+// Adds `delta` to every weight of the tensors from `first` on: a training step.
+void touch(ckpt::Tree& state, float delta, size_t first = 0) {
+  size_t index = 0;
+  state.for_each_tensor([&](ckpt::Tensor& tensor) {
+    if (index++ < first) return;
+    auto bytes = tensor.mutable_bytes();
+    float* values = reinterpret_cast<float*>(bytes.data());
+    for (size_t i = 0; i < bytes.size() / 4; ++i) values[i] += delta;
+  });
+}
+
+size_t state_bytes(const ckpt::Tree& state) {
+  size_t total = 0;
+  state.for_each_tensor_leaf([&](std::string_view, const ckpt::Tree& leaf) { total += leaf.tensor().nbytes(); });
+  return total;
+}
+
+}  // namespace
+
+int bench_manager_main(int argc, char** argv) {
+  fs::path dir = fs::temp_directory_path() / "ckpt-bench-manager";
+  double mib = 64;
+  int repeats = 3;
+  int steps = 8;
+  int work = 16;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--dir") dir = argv[i + 1];
+    else if (flag == "--mib") mib = std::atof(argv[i + 1]);
+    else if (flag == "--repeats") repeats = std::max(1, std::atoi(argv[i + 1]));
+    else if (flag == "--steps") steps = std::max(1, std::atoi(argv[i + 1]));
+    else if (flag == "--work") work = std::max(1, std::atoi(argv[i + 1]));
+  }
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const int kTensors = 20;
+  ckpt::Tree state = make_state(static_cast<size_t>(mib * (1 << 20)), kTensors);
+  const size_t bytes = state_bytes(state);
+  std::printf("ckpt bench manager: %.1f MiB state (%d tensors), best of %d, in %s\n", bytes / 1048576.0, kTensors,
+              repeats, dir.c_str());
+  try {
+    int64_t step = 0;
+    // 1. The caller's wait.
+    {
+      ckpt::Manager manager(dir / "wait", {.keep_last = 1});
+      std::vector<std::byte> copy(bytes);
+      double async_wait = 1e100, blocking = 1e100, memcpy_time = 1e100;
+      for (int r = 0; r < repeats; ++r) {
+        memcpy_time = std::min(memcpy_time, seconds_of([&] {
+          size_t at = 0;
+          state.for_each_tensor_leaf([&](std::string_view, const ckpt::Tree& leaf) {
+            std::memcpy(copy.data() + at, leaf.tensor().bytes().data(), leaf.tensor().nbytes());
+            at += leaf.tensor().nbytes();
+          });
+        }));
+        touch(state, 1e-3f);
+        async_wait = std::min(async_wait, seconds_of([&] { manager.save(++step, state, {.blocking = false}); }));
+        manager.wait();
+        touch(state, 1e-3f);
+        blocking = std::min(blocking, seconds_of([&] { manager.save(++step, state); }));
+        manager.wait();
+      }
+      manager.close();
+      std::printf("  caller's wait: async %.4f s, blocking %.4f s, memcpy %.4f s\n", async_wait, blocking, memcpy_time);
+      std::printf("    async / memcpy = %.2f, blocking / async = %.1f\n", async_wait / memcpy_time, blocking / async_wait);
+    }
+    // 2. Dedup.
+    {
+      double full = 1e100, unchanged = 1e100, frozen = 1e100;
+      for (int r = 0; r < repeats; ++r) {
+        fs::remove_all(dir / "dedup");
+        ckpt::Manager plain(dir / "dedup", {.keep_last = 1, .dedup = false});
+        plain.save(++step, state);
+        full = std::min(full, seconds_of([&] { plain.save(++step, state); }));
+        plain.close();
+        fs::remove_all(dir / "dedup");
+        ckpt::Manager linking(dir / "dedup", {.keep_last = 1});
+        linking.save(++step, state);
+        unchanged = std::min(unchanged, seconds_of([&] { linking.save(++step, state); }));
+        touch(state, 1e-3f, kTensors - kTensors / 10);  // the last 10 % trained, the rest frozen
+        frozen = std::min(frozen, seconds_of([&] { linking.save(++step, state); }));
+        linking.close();
+      }
+      std::printf("  re-save: full %.4f s, unchanged (hard link) %.4f s, 90 %% frozen %.4f s\n", full, unchanged, frozen);
+      std::printf("    full / unchanged = %.1f, 90%%-frozen / full = %.2f\n", full / unchanged, frozen / full);
+    }
+    // 3. A loop saving every step, asynchronously, against no saves.
+    {
+      double without = 1e100, with = 1e100;
+      for (int r = 0; r < repeats; ++r) {
+        without = std::min(without, seconds_of([&] {
+          for (int s = 0; s < steps; ++s) {
+            for (int w = 0; w < work; ++w) touch(state, 1e-3f);
+          }
+        }));
+        fs::remove_all(dir / "loop");
+        ckpt::Manager manager(dir / "loop", {.keep_last = 2});
+        with = std::min(with, seconds_of([&] {
+          for (int s = 0; s < steps; ++s) {
+            for (int w = 0; w < work; ++w) touch(state, 1e-3f);
+            manager.save(++step, state, {.blocking = false});
+          }
+          manager.wait();
+        }));
+        manager.close();
+      }
+      std::printf("  %d steps of %d touches: no saves %.4f s, async save every step %.4f s (ratio %.2f)\n", steps,
+                  work, without, with, with / without);
+    }
+  } catch (const ckpt::Error& error) {
+    std::fprintf(stderr, "bench: %s\n", error.what());
+    return 1;
+  }
+  fs::remove_all(dir);
+  return 0;
+}

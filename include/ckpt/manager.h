@@ -1,0 +1,168 @@
+#pragma once
+// Manager: the history of one training run in a run directory, on top of the
+// plain save/load of checkpoint.h. One step directory per committed
+// checkpoint,
+//
+//   RUN_DIR/step-00001200/state.safetensors   (the format's natural name:
+//                                              a TF bundle prefix `state`,
+//                                              an Orbax directory `state/`)
+//   RUN_DIR/step-00001200/checkpoint.json     (step, epoch, metrics, time,
+//                                              every file with size and xxh3)
+//   RUN_DIR/ckpt_manager.json                 (policies, steps kept forever)
+//   RUN_DIR/ckpt_manager.lock                 (the one writer's flock)
+//
+// each written under a temporary name, synced and renamed into place, so a
+// reader (list_run_directory, ckpt::load of an entry's path) never sees half
+// of one. Retention (retention.h) runs after each commit, in the background;
+// a checkpoint is kept if any policy keeps it, and with no policy nothing is
+// deleted. docs/manager.md has the layout, the records and the safety rules.
+//
+//   ckpt::Manager manager("runs/a", {.keep_last = 3, .keep_best = 2, .metric = "dev_loss"});
+//   if (auto report = manager.restore_latest(target)) { ...continue... }
+//   manager.save(step, state, {.metrics = {{"dev_loss", 0.31}}, .blocking = false});
+//   manager.close();
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/format.h"
+#include "ckpt/restore.h"
+#include "ckpt/retention.h"
+#include "ckpt/run_directory.h"
+#include "ckpt/tree.h"
+
+namespace ckpt {
+
+struct ManagerOptions {
+  // The policies, by their Python names; each that is set adds one policy.
+  std::optional<int64_t> keep_last;                  // KeepLast
+  std::optional<int64_t> keep_best;                  // KeepBest, by `metric` and `mode`
+  std::string metric;
+  MetricMode mode = MetricMode::kMin;
+  bool keep_missing_metric = true;                   // KeepBest: keep checkpoints without the metric
+  std::optional<int64_t> keep_every_steps;           // KeepEverySteps
+  std::optional<double> keep_every_seconds;          // KeepEverySeconds
+  std::vector<int64_t> keep_steps;                   // kept forever (persisted, with keep_forever saves)
+  KeepFunction keep;                                 // CustomPolicy
+  std::vector<RetentionPolicy> policy;               // composed policies (ReturnnPolicy, ...), after the above
+  // Any writable format id; "" or "safetensors" by default.
+  std::string format = "safetensors";
+  // Asynchronous saves pending at once (queued or being written); a save
+  // beyond them waits. At least 1.
+  size_t max_in_flight = 1;
+  // Hard-link the state from the previous committed checkpoint when it is
+  // the same state byte for byte (copy where links fail).
+  bool dedup = true;
+  // fsync every file and directory of a commit (off: faster, not durable
+  // across a power loss; still atomic for readers).
+  bool fsync = true;
+  // Open for reading only: no lock, no cleanup, no config written; save(),
+  // restore_latest() and load() still read. save() throws.
+  bool read_only = false;
+};
+
+struct SaveStepOptions {
+  std::map<std::string, double> metrics;
+  std::optional<int64_t> epoch;
+  // False: return once the state is snapshotted (tensors whose memory the
+  // caller can still change are copied: heap and lent memory, and views of
+  // them; tensors mapping a file, and deferred views of file data, are
+  // not), write and commit on the background thread.
+  bool blocking = true;
+  // Keep this checkpoint forever (recorded in ckpt_manager.json).
+  bool keep_forever = false;
+};
+
+class Manager {
+ public:
+  // Opens `run_dir` (created if missing, unless read_only). A writing
+  // manager takes the run's lock, removes the temporaries that killed saves
+  // left (those no live writer holds) and records its policies in
+  // ckpt_manager.json (keeping the steps already marked to keep forever; a
+  // CustomPolicy's last decision stays until its function runs again).
+  // Throws Error{kIo} naming the holder's pid and host if another writer
+  // holds the lock; {kInvalidArgument} for a bad option (a policy's count,
+  // keep_best without a metric, max_in_flight 0); {kUnsupported} for a
+  // format that cannot be written; {kNotFound} for a missing run_dir when
+  // read_only; {kCorrupt} if the run's records cannot be parsed.
+  explicit Manager(std::filesystem::path run_dir, ManagerOptions options = {});
+  Manager(const Manager&) = delete;
+  Manager& operator=(const Manager&) = delete;
+  // Waits for the pending saves and the cleanup after them, swallowing their
+  // errors (call close() to see them), then releases the lock. Never throws.
+  ~Manager();
+
+  const std::filesystem::path& run_dir() const noexcept;
+
+  // Saves `state` as checkpoint `step`, which must be newer than every step
+  // committed or pending. Blocking (the default): returns once committed.
+  // Either way, retention runs after the commit on the background thread.
+  // Throws the error of an earlier background save or cleanup first (once);
+  // Error{kInvalidArgument} for a step not newer than the last, or a
+  // read-only manager; what save() of checkpoint.h throws (blocking).
+  void save(int64_t step, const Tree& state, const SaveStepOptions& options = {});
+
+  // The committed checkpoints, oldest first, with kept_by (a read of the
+  // directory; pending saves are not listed until committed).
+  std::vector<CheckpointEntry> list() const;
+  // The newest committed checkpoint; nullopt for an empty run.
+  std::optional<CheckpointEntry> latest() const;
+  // The best committed checkpoint by `metric` (ties: the newer one), among
+  // those that record it; nullopt when none does.
+  std::optional<CheckpointEntry> best(const std::string& metric, MetricMode mode = MetricMode::kMin) const;
+
+  // Loads committed checkpoint `step`. On a writing manager, that checkpoint
+  // is not deleted until this manager commits a newer one.
+  // Throws Error{kNotFound} for a step that is not committed.
+  Tree load(int64_t step, const LoadOptions& options = {});
+  // Restores the newest committed checkpoint into `target` through
+  // restore() (strict by default) and returns its report; nullopt for an
+  // empty run (a fresh start). The checkpoint is protected as load()'s.
+  std::optional<RestoreReport> restore_latest(const Tree& target, const RestoreOptions& options = {});
+
+  // Waits until every pending save is committed and the cleanup after it
+  // is done; rethrows the first error one of them hit.
+  void wait();
+  // wait(), then releases the lock; the manager reads only afterwards.
+  // Rethrows as wait(). A second close() does nothing.
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct PruneOptions {
+  // The policies to apply; empty: those a ckpt run recorded in
+  // ckpt_manager.json (a foreign run records none). A ckpt run's steps kept
+  // forever are kept whatever the policies.
+  std::vector<RetentionPolicy> policies;
+  // Decide and report, remove nothing.
+  bool dry_run = false;
+  // Allow pruning a run directory of another tool's layout
+  // (list_run_directory().layout other than "ckpt"): its entries' files are
+  // removed.
+  bool foreign = false;
+};
+
+struct PruneReport {
+  // The run as it was, kept_by filled by the policies applied.
+  RunListing listing;
+  // What was removed (with dry_run: what would be), in listing order.
+  std::vector<std::filesystem::path> removed;
+};
+
+// Applies retention to `run_dir` once, as a manager does after a commit
+// (the newest checkpoint is always kept; with no policy nothing is
+// removed). Takes the run's writer lock for a ckpt run (not with dry_run).
+// Throws Error{kInvalidArgument} (nothing removed) for a foreign layout
+// without options.foreign, {kIo} naming the holder if a manager holds the
+// lock, what list_run_directory() throws.
+PruneReport prune_run_directory(const std::filesystem::path& run_dir, const PruneOptions& options = {});
+
+}  // namespace ckpt

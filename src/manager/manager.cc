@@ -1,0 +1,465 @@
+#include "ckpt/manager.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/error.h"
+#include "core/text.h"
+#include "io/atomic_directory.h"
+#include "io/atomic_file.h"
+#include "io/file_system.h"
+#include "manager/run_config.h"
+#include "manager/run_files.h"
+#include "manager/run_layouts.h"
+#include "manager/run_lock.h"
+#include "manager/state_files.h"
+#include "manager/step_record.h"
+
+namespace ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& message, const fs::path& path = {}) {
+  throw Error(ErrorCode::kInvalidArgument, message, {.path = path});
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The policies `options` configure, in the documented order.
+std::vector<RetentionPolicy> configured_policies(const ManagerOptions& options) {
+  std::vector<RetentionPolicy> policies;
+  if (options.keep_last) policies.push_back(KeepLast{.n = *options.keep_last});
+  if (options.keep_best) {
+    policies.push_back(KeepBest{.n = *options.keep_best,
+                                .metric = options.metric,
+                                .mode = options.mode,
+                                .keep_missing_metric = options.keep_missing_metric});
+  }
+  if (options.keep_every_steps) policies.push_back(KeepEverySteps{.steps = *options.keep_every_steps});
+  if (options.keep_every_seconds) policies.push_back(KeepEverySeconds{.seconds = *options.keep_every_seconds});
+  if (options.keep) policies.push_back(CustomPolicy{.keep = options.keep, .last_kept = {}});
+  policies.insert(policies.end(), options.policy.begin(), options.policy.end());
+  for (const RetentionPolicy& policy : policies) validate_policy(policy);
+  return policies;
+}
+
+}  // namespace
+
+struct Manager::Impl {
+  struct Job {
+    int64_t step = 0;
+    Tree state;
+    Buffer block;  // where an asynchronous save's snapshot lies
+    SaveStepOptions options;
+    bool done = false;
+    std::exception_ptr error;
+  };
+
+  fs::path run_dir;
+  ManagerOptions options;
+  const Format* format = nullptr;
+  std::string state_name;
+  std::unique_ptr<detail::RunLock> lock;
+  std::vector<RetentionPolicy> policies;  // as configured (a CustomPolicy with its function)
+  detail::RunConfig config;               // as persisted
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::shared_ptr<Job>> queue;  // saves not yet committed, in step order
+  bool cleanup_due = false;
+  bool busy = false;  // the worker is committing or cleaning up
+  bool stopping = false;
+  bool closed = false;
+  std::exception_ptr error;                    // of a background save or cleanup, not yet rethrown
+  std::optional<int64_t> last_step;            // newest step committed or queued
+  std::optional<int64_t> protected_step;       // loaded or restored from: kept until a newer commit
+  std::optional<detail::StepRecord> last_record;  // the newest committed checkpoint's (dedup)
+  Buffer spare;  // a written snapshot's block, for the next snapshot
+  std::thread worker;
+
+  bool writing() const { return lock != nullptr; }
+  fs::path step_dir(int64_t step) const { return run_dir / detail::step_directory_name(step); }
+
+  // Retention's policies now: the configured ones (a custom one with its
+  // function), plus the steps kept forever.
+  std::vector<RetentionPolicy> live_policies() const {
+    return detail::with_kept_forever(policies, config.keep_forever);
+  }
+
+  std::vector<CheckpointEntry> committed() const {
+    std::optional<RunListing> listing = detail::list_ckpt_run(run_dir);
+    return listing ? std::move(listing->checkpoints) : std::vector<CheckpointEntry>{};
+  }
+
+  void worker_loop() {
+    std::unique_lock<std::mutex> guard(mutex);
+    while (true) {
+      changed.wait(guard, [&] { return stopping || !queue.empty() || cleanup_due; });
+      if (!queue.empty()) {
+        std::shared_ptr<Job> job = queue.front();
+        busy = true;
+        guard.unlock();
+        std::exception_ptr failure;
+        try {
+          commit(*job);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        guard.lock();
+        queue.pop_front();
+        busy = false;
+        job->done = true;
+        job->error = failure;
+        if (failure && !job->options.blocking && !error) error = failure;
+        // A failed save leaves its step free again unless a later one is queued.
+        if (failure && last_step == job->step) last_step = last_record ? std::optional(last_record->step) : std::nullopt;
+        if (!failure) cleanup_due = true;
+        changed.notify_all();
+        continue;
+      }
+      if (cleanup_due) {
+        cleanup_due = false;
+        busy = true;
+        guard.unlock();
+        std::exception_ptr failure;
+        try {
+          clean_up();
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        guard.lock();
+        busy = false;
+        if (failure && !error) error = failure;
+        changed.notify_all();
+        continue;
+      }
+      if (stopping) return;
+    }
+  }
+
+  // Writes job.state into a temporary step directory and commits it.
+  void commit(Job& job) {
+    const fs::path final_path = step_dir(job.step);
+    std::error_code status_error;
+    if (fs::exists(fs::symlink_status(final_path, status_error))) {
+      invalid("step directory exists already and is not one this manager committed", final_path);
+    }
+    detail::StepRecord record{.step = job.step,
+                              .epoch = job.options.epoch,
+                              .metrics = job.options.metrics,
+                              .time = 0,
+                              .format = std::string(format->id()),
+                              .state = state_name,
+                              // Dedup off: no digest, no pass over the bytes for it.
+                              .state_digest = options.dedup ? detail::state_digest(job.state) : std::string(),
+                              .files = {}};
+    detail::AtomicDirectory directory(final_path, {.fsync = options.fsync, .files_synced = true});
+    std::optional<detail::StepRecord> previous;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      previous = last_record;
+    }
+    bool linked = false;
+    if (options.dedup && previous && previous->format == record.format && previous->state == record.state &&
+        !previous->state_digest.empty() && previous->state_digest == record.state_digest) {
+      linked = detail::link_state_files(step_dir(previous->step), directory.path(), previous->files, options.fsync);
+      if (linked) record.files = previous->files;
+    }
+    if (!linked) {
+      ckpt::save(directory.path() / state_name, job.state,
+           {.format = record.format, .fsync = options.fsync, .state_file = StateFilePolicy::kLeave});
+      record.files = detail::record_state_files(directory.path());
+    }
+    job.state = Tree();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
+    if (!job.block.empty() && job.block.storage().use_count() == 1) {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (job.block.size() > spare.size()) spare = std::move(job.block);
+    }
+    job.block = Buffer();
+    record.time = now_seconds();
+    const std::string json = detail::step_record_json(record);
+    detail::AtomicFile file(directory.path() / detail::kStepRecordName, {.fsync = options.fsync});
+    file.write_at(std::as_bytes(std::span(json.data(), json.size())), 0);
+    file.commit({.sync_directory = false});  // the directory's commit syncs it
+    directory.commit();
+    if (job.options.keep_forever) {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (!std::count(config.keep_forever.begin(), config.keep_forever.end(), job.step)) {
+        config.keep_forever.push_back(job.step);
+        std::sort(config.keep_forever.begin(), config.keep_forever.end());
+      }
+    }
+    if (job.options.keep_forever) detail::write_run_config(run_dir, config);
+    if (format->capabilities().state_file) detail::write_tf_state_file(run_dir, committed(), options.fsync);
+    std::lock_guard<std::mutex> guard(mutex);
+    last_record = std::move(record);
+    if (protected_step && job.step > *protected_step) protected_step.reset();
+  }
+
+  // Retention after a commit: removes what no policy keeps.
+  void clean_up() {
+    std::vector<RetentionPolicy> live;
+    std::optional<int64_t> keep;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      live = live_policies();
+      keep = protected_step;
+    }
+    if (live.empty()) return;
+    std::vector<CheckpointEntry> entries = committed();
+    detail::fill_kept_by(entries, live);
+    record_custom_decision(entries);
+    const std::vector<size_t> remove = detail::entries_to_remove(entries, true, keep);
+    for (size_t index : remove) detail::remove_committed(entries[index].files.front());
+    if (remove.empty()) return;
+    if (options.fsync) detail::sync_directory(run_dir, run_dir);
+    if (format->capabilities().state_file) detail::write_tf_state_file(run_dir, committed(), options.fsync);
+  }
+
+  // Persists what a custom policy kept, for those who cannot run its function.
+  void record_custom_decision(const std::vector<CheckpointEntry>& entries) {
+    if (!options.keep) return;
+    std::vector<int64_t> kept;
+    for (const CheckpointEntry& entry : entries) {
+      if (std::count(entry.kept_by.begin(), entry.kept_by.end(), "custom")) kept.push_back(*entry.step);
+    }
+    for (RetentionPolicy& policy : config.policies) {
+      if (auto* custom = std::get_if<CustomPolicy>(&policy)) {
+        if (custom->last_kept == kept) return;
+        custom->last_kept = kept;
+      }
+    }
+    detail::write_run_config(run_dir, config);
+  }
+
+  void rethrow_error() {
+    if (error) {
+      std::exception_ptr failure = error;
+      error = nullptr;
+      std::rethrow_exception(failure);
+    }
+  }
+
+  // Waits for the queue and the cleanup after it (the lock held by `guard`).
+  void wait_idle(std::unique_lock<std::mutex>& guard) {
+    changed.wait(guard, [&] { return queue.empty() && !cleanup_due && !busy; });
+  }
+
+  void stop() noexcept {
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      stopping = true;
+    }
+    changed.notify_all();
+    if (worker.joinable()) worker.join();
+    lock.reset();
+  }
+};
+
+Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.run_dir = std::move(run_dir);
+  m.options = std::move(options);
+  if (m.options.max_in_flight == 0) invalid("max_in_flight must be at least 1");
+  m.policies = configured_policies(m.options);
+  m.format = &save_format(m.run_dir, {.format = m.options.format.empty() ? "safetensors" : m.options.format});
+  if (!m.format->capabilities().write) {
+    throw Error(ErrorCode::kUnsupported, "the manager cannot save in " + std::string(m.format->id()) +
+                                             ", which ckpt only reads");
+  }
+  if (m.format->capabilities().single_tensor) {
+    throw Error(ErrorCode::kUnsupported,
+                "the manager saves whole states; " + std::string(m.format->id()) + " holds one tensor");
+  }
+  m.state_name = detail::state_name(*m.format);
+  std::error_code error;
+  if (m.options.read_only) {
+    if (!fs::is_directory(m.run_dir, error)) {
+      throw Error(ErrorCode::kNotFound, "not a run directory (no such directory)", {.path = m.run_dir});
+    }
+    return;
+  }
+  fs::create_directories(m.run_dir, error);
+  if (!fs::is_directory(m.run_dir)) {
+    throw Error(ErrorCode::kIo, "cannot create the run directory: " + error.message(), {.path = m.run_dir});
+  }
+  m.lock = std::make_unique<detail::RunLock>(m.run_dir);
+  detail::remove_leftovers(m.run_dir);
+  const std::optional<RunListing> listing = detail::list_ckpt_run(m.run_dir);
+  if (!listing) {
+    const RunListing other = list_run_directory(m.run_dir);
+    if (other.layout != "empty") {
+      invalid("the directory holds a " + other.layout + " run; the manager writes only its own layout", m.run_dir);
+    }
+  }
+  const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
+  m.config.format = std::string(m.format->id());
+  std::set<int64_t> forever(m.options.keep_steps.begin(), m.options.keep_steps.end());
+  if (persisted) forever.insert(persisted->keep_forever.begin(), persisted->keep_forever.end());
+  m.config.keep_forever.assign(forever.begin(), forever.end());
+  for (const RetentionPolicy& policy : m.policies) {
+    if (const auto* custom = std::get_if<CustomPolicy>(&policy)) {
+      CustomPolicy recorded{.keep = {}, .last_kept = custom->last_kept};
+      if (persisted) {
+        for (const RetentionPolicy& old : persisted->policies) {
+          if (const auto* old_custom = std::get_if<CustomPolicy>(&old)) recorded.last_kept = old_custom->last_kept;
+        }
+      }
+      m.config.policies.push_back(recorded);
+    } else {
+      m.config.policies.push_back(policy);
+    }
+  }
+  detail::write_run_config(m.run_dir, m.config);
+  if (listing && !listing->checkpoints.empty()) {
+    const CheckpointEntry& newest = listing->checkpoints.back();
+    m.last_step = newest.step;
+    m.last_record = detail::read_step_record(newest.files.front());
+  }
+  m.worker = std::thread([&m] { m.worker_loop(); });
+}
+
+Manager::~Manager() {
+  if (impl_) impl_->stop();
+}
+
+const fs::path& Manager::run_dir() const noexcept { return impl_->run_dir; }
+
+void Manager::save(int64_t step, const Tree& state, const SaveStepOptions& options) {
+  Impl& m = *impl_;
+  if (!m.writing()) invalid(m.closed ? "the manager is closed" : "the manager is read-only", m.run_dir);
+  for (const auto& [name, value] : options.metrics) {
+    if (name.empty() || !detail::valid_utf8(name)) invalid("a metric's name must be non-empty UTF-8: " + detail::quoted(name));
+  }
+  if (step < 0) invalid("a step must be >= 0, not " + std::to_string(step));
+  std::unique_lock<std::mutex> guard(m.mutex);
+  m.rethrow_error();
+  if (m.last_step && step <= *m.last_step) {
+    invalid("step " + std::to_string(step) + " is not newer than step " + std::to_string(*m.last_step) +
+                ", the run's latest",
+            m.run_dir);
+  }
+  auto job = std::make_shared<Impl::Job>();
+  job->step = step;
+  job->options = options;
+  if (options.blocking) {
+    // The saves before it first, so that their failure is reported here.
+    m.changed.wait(guard, [&] { return m.queue.empty(); });
+    m.rethrow_error();
+    job->state = state;  // the caller waits: its memory stays as it is
+  } else {
+    m.changed.wait(guard, [&] { return m.queue.size() < m.options.max_in_flight; });
+    m.rethrow_error();
+    Buffer spare = std::move(m.spare);
+    m.spare = Buffer();
+    guard.unlock();
+    detail::Snapshot snapshot = detail::snapshot_state(state, std::move(spare));
+    job->state = std::move(snapshot.state);
+    job->block = std::move(snapshot.block);
+    guard.lock();
+  }
+  m.last_step = step;
+  m.queue.push_back(job);
+  m.changed.notify_all();
+  if (!options.blocking) return;
+  m.changed.wait(guard, [&] { return job->done; });
+  if (job->error) std::rethrow_exception(job->error);
+}
+
+std::vector<CheckpointEntry> Manager::list() const {
+  const Impl& m = *impl_;
+  std::vector<CheckpointEntry> entries = m.committed();
+  if (!m.writing()) return entries;  // kept_by as the run recorded it
+  std::optional<int64_t> keep;
+  std::vector<RetentionPolicy> live;
+  {
+    std::lock_guard<std::mutex> guard(impl_->mutex);
+    live = m.live_policies();
+    keep = m.protected_step;
+  }
+  detail::fill_kept_by(entries, live);
+  for (CheckpointEntry& entry : entries) {
+    if (keep && entry.step == keep) entry.kept_by.push_back("restored from");
+  }
+  return entries;
+}
+
+std::optional<CheckpointEntry> Manager::latest() const {
+  std::vector<CheckpointEntry> entries = list();
+  if (entries.empty()) return std::nullopt;
+  return std::move(entries.back());
+}
+
+std::optional<CheckpointEntry> Manager::best(const std::string& metric, MetricMode mode) const {
+  std::vector<CheckpointEntry> entries = list();
+  std::optional<size_t> found;
+  double best_value = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto value = entries[i].metrics.find(metric);
+    if (value == entries[i].metrics.end() || std::isnan(value->second)) continue;
+    const double key = mode == MetricMode::kMin ? value->second : -value->second;
+    if (!found || key <= best_value) {  // <=: among ties the newer one
+      found = i;
+      best_value = key;
+    }
+  }
+  if (!found) return std::nullopt;
+  return std::move(entries[*found]);
+}
+
+Tree Manager::load(int64_t step, const LoadOptions& options) {
+  for (const CheckpointEntry& entry : impl_->committed()) {
+    if (entry.step != step) continue;
+    if (impl_->writing()) {
+      std::lock_guard<std::mutex> guard(impl_->mutex);
+      impl_->protected_step = step;
+    }
+    return ckpt::load(entry.path, options);
+  }
+  throw Error(ErrorCode::kNotFound, "the run has no committed checkpoint of step " + std::to_string(step),
+              {.path = impl_->run_dir});
+}
+
+std::optional<RestoreReport> Manager::restore_latest(const Tree& target, const RestoreOptions& options) {
+  const std::vector<CheckpointEntry> entries = impl_->committed();
+  if (entries.empty()) return std::nullopt;
+  const Tree source = load(*entries.back().step);
+  return restore(target, source, options);
+}
+
+void Manager::wait() {
+  Impl& m = *impl_;
+  if (!m.worker.joinable()) return;
+  std::unique_lock<std::mutex> guard(m.mutex);
+  m.wait_idle(guard);
+  m.rethrow_error();
+}
+
+void Manager::close() {
+  Impl& m = *impl_;
+  if (m.closed) return;
+  std::exception_ptr failure;
+  if (m.worker.joinable()) {
+    std::unique_lock<std::mutex> guard(m.mutex);
+    m.wait_idle(guard);
+    failure = m.error;
+    m.error = nullptr;
+  }
+  m.stop();
+  m.closed = true;
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace ckpt

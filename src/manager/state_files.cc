@@ -1,0 +1,193 @@
+#include "manager/state_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+#include <system_error>
+
+#include "core/checksum.h"
+#include "core/text.h"
+#include "io/file_system.h"
+#include "io/mapped_file.h"
+
+namespace ckpt::detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Whether the caller can still change the memory behind `tensor`.
+bool caller_can_change(const Tensor& tensor) {
+  if (!tensor.has_data() || tensor.nbytes() == 0) return false;
+  StorageKind kind = tensor.buffer().kind();
+  if (tensor.buffer().deferred()) {
+    const std::optional<StridedView> view = tensor.strided_view();
+    if (!view) return false;  // produced once from file data (Orbax's zstd chunks)
+    kind = view->storage.kind();
+  }
+  return kind == StorageKind::kHeap || kind == StorageKind::kLent;
+}
+
+class Digest {
+ public:
+  Digest() : sum_(ChecksumKind::kXxh3) {}
+  void bytes(const void* data, size_t size) { sum_.update({static_cast<const std::byte*>(data), size}); }
+  template <class T>
+  void value(T v) {
+    bytes(&v, sizeof v);
+  }
+  void text(std::string_view s) {
+    value<uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void tree(const Tree& node) {
+    value(static_cast<uint8_t>(node.kind()));
+    switch (node.kind()) {
+      case Tree::Kind::kNone: break;
+      case Tree::Kind::kBool: value<uint8_t>(node.boolean() ? 1 : 0); break;
+      case Tree::Kind::kInt: value<int64_t>(node.integer()); break;
+      case Tree::Kind::kFloat: value<double>(node.real()); break;
+      case Tree::Kind::kString: text(node.string()); break;
+      case Tree::Kind::kBytes: text(node.bytes().data); break;
+      case Tree::Kind::kTensor: {
+        const Tensor& tensor = node.tensor();
+        value(static_cast<int32_t>(tensor.dtype()));
+        value<uint64_t>(tensor.ndim());
+        for (int64_t dim : tensor.shape()) value<int64_t>(dim);
+        value<uint64_t>(tensor.nbytes());
+        value<uint64_t>(tensor.has_data() ? xxh3_64(tensor.bytes()) : 0);
+        break;
+      }
+      case Tree::Kind::kMap:
+      case Tree::Kind::kList:
+        value<uint64_t>(node.size());
+        for (const TreeEntry& entry : node.entries()) {
+          if (node.is_map()) {
+            value<uint8_t>(static_cast<uint8_t>(entry.key.index()));
+            if (const auto* name = std::get_if<std::string>(&entry.key)) {
+              text(*name);
+            } else {
+              value<int64_t>(std::get<int64_t>(entry.key));
+            }
+          }
+          tree(entry.value);
+        }
+        break;
+    }
+  }
+  std::string hex() const { return sum_.hex(); }
+
+ private:
+  Checksummer sum_;
+};
+
+void fsync_file(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_io(path, "cannot open the copied file to sync it", errno);
+  const int result = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (result != 0) throw_io(path, "cannot sync the copied file", error);
+}
+
+}  // namespace
+
+std::string state_name(const Format& format) {
+  if (format.capabilities().state_file) return "state";
+  const std::vector<std::string_view> extensions = format.extensions();
+  return extensions.empty() ? "state" : "state" + std::string(extensions.front());
+}
+
+Snapshot snapshot_state(const Tree& state, Buffer spare) {
+  constexpr size_t kAlignment = 64;  // each copy as aligned as Buffer::allocate's blocks
+  const auto aligned = [](size_t size) { return (size + kAlignment - 1) / kAlignment * kAlignment; };
+  // What the copies need, ties counted once.
+  using MemoryKey = std::pair<const std::byte*, size_t>;
+  std::set<MemoryKey> counted;
+  size_t total = 0;
+  state.for_each_tensor_leaf([&](std::string_view, const Tree& leaf) {
+    const Tensor& tensor = leaf.tensor();
+    if (!caller_can_change(tensor)) return;
+    const std::byte* address = tensor.buffer().address();
+    if (address != nullptr && !counted.insert({address, tensor.nbytes()}).second) return;
+    total += aligned(tensor.nbytes());
+  });
+  Snapshot snapshot{.state = state, .block = {}};  // containers copied, tensors still viewing the caller's memory
+  if (total == 0) return snapshot;
+  snapshot.block = spare.size() >= total && spare.writable() ? std::move(spare) : Buffer::allocate(total);
+  std::map<MemoryKey, Tensor> copied;  // by the memory they viewed: ties stay tied
+  size_t offset = 0;
+  snapshot.state.for_each_tensor([&](Tensor& tensor) {
+    if (!caller_can_change(tensor)) return;
+    const std::byte* address = tensor.buffer().address();
+    const MemoryKey key{address, tensor.nbytes()};
+    if (address != nullptr) {
+      const auto found = copied.find(key);
+      if (found != copied.end() && found->second.dtype() == tensor.dtype() && found->second.shape() == tensor.shape()) {
+        tensor = found->second;
+        return;
+      }
+    }
+    Buffer target = snapshot.block.slice(offset, tensor.nbytes());
+    offset += aligned(tensor.nbytes());
+    tensor.read_into(target.mutable_bytes());  // a view of lent or heap memory is gathered
+    tensor = Tensor(tensor.dtype(), tensor.shape(), std::move(target));
+    if (address != nullptr) copied.emplace(key, tensor);
+  });
+  return snapshot;
+}
+
+std::string state_digest(const Tree& state) {
+  Digest digest;
+  digest.tree(state);
+  return digest.hex();
+}
+
+std::vector<RecordedFile> record_state_files(const fs::path& step_dir) {
+  std::vector<RecordedFile> files;
+  std::error_code error;
+  for (fs::recursive_directory_iterator it(step_dir, error), end; !error && it != end; it.increment(error)) {
+    std::error_code status_error;
+    if (!it->is_regular_file(status_error) || it->is_symlink(status_error)) continue;
+    const std::string relative = it->path().lexically_relative(step_dir).generic_string();
+    if (relative == kStepRecordName) continue;
+    const std::shared_ptr<const MappedFile> file = MappedFile::open(it->path());
+    files.push_back({.path = relative, .size = file->size(), .xxh3 = hex_digits(xxh3_64(file->bytes()), 16)});
+  }
+  if (error) throw_io(step_dir, "cannot list the new step directory", error.value());
+  std::sort(files.begin(), files.end(), [](const RecordedFile& a, const RecordedFile& b) { return a.path < b.path; });
+  return files;
+}
+
+bool link_state_files(const fs::path& from_dir, const fs::path& to_dir, const std::vector<RecordedFile>& files,
+                      bool fsync) {
+  const auto undo = [&] {
+    std::error_code ignored;
+    for (const fs::directory_entry& entry : fs::directory_iterator(to_dir, ignored)) fs::remove_all(entry.path(), ignored);
+    return false;
+  };
+  for (const RecordedFile& file : files) {
+    const fs::path from = from_dir / file.path;
+    const fs::path to = to_dir / file.path;
+    std::error_code error;
+    if (fs::file_size(from, error) != file.size || error) return undo();
+    fs::create_directories(to.parent_path(), error);
+    if (error) throw_io(to, "cannot create a directory of the new step", error.value());
+    if (::link(from.c_str(), to.c_str()) == 0) continue;
+    const int link_error = errno;
+    if (link_error == ENOENT) return undo();
+    // EXDEV, EPERM, EMLINK, ENOTSUP...: the file system will not link; copy.
+    if (!fs::copy_file(from, to, error) || error) {
+      if (error.value() == ENOENT) return undo();
+      throw_io(to, "cannot copy the unchanged state file from the previous step", error.value());
+    }
+    if (fsync) fsync_file(to);
+  }
+  return true;
+}
+
+}  // namespace ckpt::detail
