@@ -13,6 +13,7 @@
 #include "ckpt/cast.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
+#include "ckpt/retention.h"
 #include "core/json_writer.h"
 #include "core/text.h"
 
@@ -168,29 +169,23 @@ std::vector<AverageInput> select_for_average(const RunListing& listing, const Av
   if (listing.checkpoints.empty()) {
     throw Error(ErrorCode::kNotFound, "average: the run directory holds no checkpoint", {.path = listing.run_dir});
   }
+  // The retention policy of the same name chooses (one home for "last N" and
+  // "best K": ties to the newer checkpoint, missing or NaN values not ranked).
+  RetentionPolicy policy = KeepLast{.n = static_cast<int64_t>(selection.last)};
+  if (selection.best > 0) {
+    policy = KeepBest{.n = static_cast<int64_t>(selection.best), .metric = selection.metric,
+                      .mode = selection.maximize ? MetricMode::kMax : MetricMode::kMin,
+                      .keep_missing_metric = false};
+  }
+  const std::vector<std::vector<std::string>> kept_by = retention_kept_by(listing.checkpoints, {policy});
   std::vector<size_t> chosen;  // positions in the listing
-  if (selection.last > 0) {
-    const size_t first = listing.checkpoints.size() - std::min(selection.last, listing.checkpoints.size());
-    for (size_t i = first; i < listing.checkpoints.size(); ++i) chosen.push_back(i);
-  } else {
-    for (size_t i = 0; i < listing.checkpoints.size(); ++i) {
-      const auto found = listing.checkpoints[i].metrics.find(selection.metric);
-      if (found != listing.checkpoints[i].metrics.end() && !std::isnan(found->second)) chosen.push_back(i);
-    }
-    if (chosen.empty()) {
-      throw Error(ErrorCode::kNotFound,
-                  "average: no checkpoint of the run directory records the metric " + detail::quoted(selection.metric),
-                  {.path = listing.run_dir});
-    }
-    // Best first; among equal values the newer one.
-    std::stable_sort(chosen.begin(), chosen.end(), [&](size_t a, size_t b) {
-      const double x = listing.checkpoints[a].metrics.at(selection.metric);
-      const double y = listing.checkpoints[b].metrics.at(selection.metric);
-      if (x != y) return selection.maximize ? x > y : x < y;
-      return a > b;
-    });
-    chosen.resize(std::min(chosen.size(), selection.best));
-    std::sort(chosen.begin(), chosen.end());
+  for (size_t i = 0; i < kept_by.size(); ++i) {
+    if (!kept_by[i].empty()) chosen.push_back(i);
+  }
+  if (chosen.empty()) {
+    throw Error(ErrorCode::kNotFound,
+                "average: no checkpoint of the run directory records the metric " + detail::quoted(selection.metric),
+                {.path = listing.run_dir});
   }
   std::vector<AverageInput> inputs;
   for (size_t i : chosen) {

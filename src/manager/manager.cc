@@ -291,19 +291,24 @@ Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_uni
     }
     return;
   }
+  // Another tool's run is refused before anything is written into it (the
+  // lock file included); checked again below, under the lock.
+  const auto refuse_foreign = [&] {
+    if (detail::list_ckpt_run(m.run_dir)) return;
+    const RunListing other = list_run_directory(m.run_dir);
+    if (other.layout != "empty") {
+      invalid("the directory holds a " + other.layout + " run; the manager writes only its own layout", m.run_dir);
+    }
+  };
+  if (fs::is_directory(m.run_dir, error)) refuse_foreign();
   fs::create_directories(m.run_dir, error);
   if (!fs::is_directory(m.run_dir)) {
     throw Error(ErrorCode::kIo, "cannot create the run directory: " + error.message(), {.path = m.run_dir});
   }
   m.lock = std::make_unique<detail::RunLock>(m.run_dir);
+  refuse_foreign();
   detail::remove_leftovers(m.run_dir);
   const std::optional<RunListing> listing = detail::list_ckpt_run(m.run_dir);
-  if (!listing) {
-    const RunListing other = list_run_directory(m.run_dir);
-    if (other.layout != "empty") {
-      invalid("the directory holds a " + other.layout + " run; the manager writes only its own layout", m.run_dir);
-    }
-  }
   const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
   m.config.format = std::string(m.format->id());
   std::set<int64_t> forever(m.options.keep_steps.begin(), m.options.keep_steps.end());

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/manager.h"
@@ -107,6 +109,56 @@ TEST(PruneCliTest, UsageErrors) {
     EXPECT_EQ(result.out, "") << arguments.back();
   }
   for (int64_t step = 1; step <= 4; ++step) EXPECT_TRUE(fs::exists(step_dir(run, step)));
+}
+
+// A RETURNN run directory (epoch.NNN.pt, each with its epoch.NNN.opt.pt):
+// refused without --foreign, nothing removed; with it, each pruned epoch's
+// model and optimizer files go, named one per line, and unknown files stay.
+TEST(PruneCliTest, AForeignRunNeedsForeignAndLosesEachCheckpointsFiles) {
+  TempDir dir;
+  const fs::path run = dir / "returnn";
+  fs::create_directories(run);
+  for (int64_t epoch = 1; epoch <= 4; ++epoch) {
+    char name[32];
+    std::snprintf(name, sizeof name, "epoch.%03lld", static_cast<long long>(epoch));
+    save(run / (std::string(name) + ".pt"), tiny(epoch), {.format = "torch"});
+    save(run / (std::string(name) + ".opt.pt"), tiny(-epoch), {.format = "torch"});
+  }
+  { std::ofstream(run / "notes.txt") << "mine\n"; }
+  ToolRun refused = run_tool(dir.path(), {"prune", run.string(), "--keep-last", "2"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--foreign"), std::string::npos) << refused.err;
+  EXPECT_EQ(refused.out, "");
+  EXPECT_EQ(std::distance(fs::directory_iterator(run), fs::directory_iterator()), 9);
+
+  ToolRun pruned = run_tool(dir.path(), {"prune", run.string(), "--keep-last", "2", "--foreign"});
+  EXPECT_EQ(pruned.exit_code, 0) << pruned.err;
+  for (const char* gone : {"epoch.001.pt", "epoch.001.opt.pt", "epoch.002.pt", "epoch.002.opt.pt"}) {
+    EXPECT_FALSE(fs::exists(run / gone)) << gone;
+    EXPECT_NE(pruned.out.find("removed " + (run / gone).string() + "\n"), std::string::npos) << pruned.out;
+  }
+  EXPECT_EQ(std::count(pruned.out.begin(), pruned.out.end(), '\n'), 4) << pruned.out;
+  for (const char* kept : {"epoch.003.pt", "epoch.003.opt.pt", "epoch.004.pt", "epoch.004.opt.pt", "notes.txt"}) {
+    EXPECT_TRUE(fs::exists(run / kept)) << kept;
+  }
+  EXPECT_TRUE(load(run / "epoch.004.pt") == tiny(4));
+}
+
+// A manager writes only its own layout: it refuses to open another tool's
+// run directory for writing (and leaves it as it was).
+TEST(PruneCliTest, AManagerRefusesToWriteIntoAForeignRun) {
+  TempDir dir;
+  const fs::path run = dir / "lightning";
+  fs::create_directories(run);
+  save(run / "epoch=0-step=100.ckpt", tiny(1), {.format = "torch"});
+  try {
+    Manager manager(run, {.keep_last = 1});
+    ADD_FAILURE() << "a manager opened a lightning run for writing";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+    EXPECT_NE(std::string(error.what()).find("lightning"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(std::distance(fs::directory_iterator(run), fs::directory_iterator()), 1);
 }
 
 }  // namespace
