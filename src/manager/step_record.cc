@@ -82,6 +82,9 @@ std::string step_record_json(const StepRecord& record) {
   json.begin_object();
   json.key("ckpt_version");
   json.integer(kStepRecordVersion);
+  // Which ckpt wrote it (informational: readers do not depend on it).
+  json.key("written_by");
+  json.string("ckpt " CKPT_LIBRARY_VERSION);
   json.key("step");
   json.integer(record.step);
   if (record.epoch) {

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 
 Tensor floats(DType dtype, std::vector<double> values) {
-  const Tensor wide = Tensor::from_values(DType::kFloat64, {values.size()}, std::span<const double>(values));
+  const Tensor wide = Tensor::from_values(DType::kFloat64, {static_cast<int64_t>(values.size())}, std::span<const double>(values));
   return cast(wide, dtype);
 }
 

@@ -49,6 +49,9 @@ TEST(ManagerTest, LayoutAndCheckpointJson) {
   EXPECT_EQ(record.metrics.at("dev_loss"), 0.5);
   EXPECT_EQ(record.format, "safetensors");
   EXPECT_GT(record.time, 1.6e9);
+  // Which ckpt wrote it: the project's version, as `ckpt --version` prints it.
+  const std::string json = file_text(step_dir / "checkpoint.json");
+  EXPECT_NE(json.find(R"("written_by":"ckpt )"), std::string::npos) << json;
   ASSERT_EQ(record.files.size(), 1u);
   EXPECT_EQ(record.files[0].path, "state.safetensors");
   const std::string bytes = file_text(step_dir / "state.safetensors");
