@@ -60,7 +60,11 @@ KeepFunction keep_function(py::object function) {
       for (py::handle step : py::iter(result)) steps.push_back(step.cast<int64_t>());
       return steps;
     } catch (py::error_already_set& error) {
-      throw Error(ErrorCode::kInvalidArgument, std::string("the keep= function raised ") + error.what());
+      // The exception's type and text, without the traceback what() appends.
+      const std::string type = py::str(error.type().attr("__name__"));
+      const std::string text = py::str(error.value());
+      throw Error(ErrorCode::kInvalidArgument,
+                  "the keep= function raised " + type + (text.empty() ? std::string() : ": " + text));
     } catch (const py::cast_error&) {
       throw Error(ErrorCode::kInvalidArgument, "the keep= function must return an iterable of int steps");
     }
