@@ -5,9 +5,12 @@ Python arguments and values to it."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import os
+import warnings
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from . import _restore
@@ -33,6 +36,21 @@ def _no_gc():
 
 def _path(path: PathLike) -> str:
     return os.fsdecode(os.fspath(path))
+
+
+# Managers not closed yet. At interpreter exit they are closed before Python
+# finalizes: the background thread takes the GIL (for keep= and to let go of
+# lent arrays), which a finalizing interpreter no longer hands out.
+_open_managers: "weakref.WeakSet[Manager]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for manager in list(_open_managers):
+        try:
+            manager.close()
+        except Exception as error:  # nobody is left to raise to: say so
+            warnings.warn(f"ckpt.Manager({manager.run_dir!r}) at exit: {error}", RuntimeWarning)
 
 
 def _policies(policy: Any) -> list:
@@ -88,6 +106,7 @@ class Manager:
             fsync=fsync, read_only=read_only)
         self._closed = False
         self._metric, self._mode = metric or "", mode
+        _open_managers.add(self)
 
     @property
     def run_dir(self) -> str:
@@ -169,6 +188,7 @@ class Manager:
         """:meth:`wait`, then releases the run's lock; the manager only reads
         afterwards. Raises as :meth:`wait`. A second close does nothing."""
         self._closed = True
+        _open_managers.discard(self)
         self._core.close()
 
     def __enter__(self) -> "Manager":

@@ -418,3 +418,22 @@ def test_dropping_a_manager_with_pending_saves_and_a_keep_predicate_does_not_han
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[2]"
+
+
+def test_exiting_without_close_commits_the_pending_saves(tmp_path):
+    # Python closes open managers at exit, before it finalizes (the background
+    # thread could no longer take the GIL); a failure is a warning then.
+    run, failing = tmp_path / "run", tmp_path / "failing"
+    script = textwrap.dedent(f"""
+        import ckpt, numpy as np, torch
+        manager = ckpt.Manager({str(run)!r}, keep=lambda entries: [e.step for e in entries][-1:], max_in_flight=3)
+        for step in range(3):
+            manager.save(step, {{"w": np.ones(1000) * step, "t": torch.ones(10) * step}}, blocking=False)
+        broken = ckpt.Manager({str(failing)!r}, format="npz")
+        broken.save(1, {{"note": "text"}}, blocking=False)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert steps(ckpt.ls(run).checkpoints) == [2]
+    assert "RuntimeWarning" in done.stderr and "npz holds only tensors" in done.stderr
+    assert ckpt.ls(failing).checkpoints == []
