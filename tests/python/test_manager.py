@@ -437,3 +437,43 @@ def test_exiting_without_close_commits_the_pending_saves(tmp_path):
     assert steps(ckpt.ls(run).checkpoints) == [2]
     assert "RuntimeWarning" in done.stderr and "npz holds only tensors" in done.stderr
     assert ckpt.ls(failing).checkpoints == []
+
+
+SNAPSHOT_MEMORY = r"""
+import sys, numpy as np, ckpt
+
+def anon_bytes():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+
+source, run, kind = sys.argv[1:]
+loaded = ckpt.load(source)                                   # read-only arrays over the mapped file
+state = loaded if kind == "mapped" else {k: np.array(v) for k, v in loaded.items()}
+with ckpt.Manager(run, fsync=False) as manager:
+    before = anon_bytes()
+    manager.save(1, state, blocking=False)
+    grown = anon_bytes() - before
+    manager.wait()
+print(grown)
+"""
+
+
+def test_async_save_copies_arrays_but_not_mapped_ones(tmp_path):
+    # What an asynchronous save copies shows in the process's anonymous
+    # memory: a read-only array over a mapped checkpoint is not copied (the
+    # core gets the mapping itself), a numpy array of the caller's is.
+    size = 32 << 20
+    source = tmp_path / "big.safetensors"
+    ckpt.save(source, {"w": np.ones(size // 4, dtype=np.float32)}, fsync=False)
+    grown = {}
+    for kind in ("mapped", "copy"):
+        done = subprocess.run([sys.executable, "-c", SNAPSHOT_MEMORY, str(source), str(tmp_path / kind), kind],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        grown[kind] = int(done.stdout)
+        np.testing.assert_array_equal(ckpt.load(ckpt.ls(tmp_path / kind).checkpoints[0].path)["w"],
+                                      np.ones(size // 4, dtype=np.float32))
+    assert grown["copy"] >= size * 3 // 4, grown
+    assert grown["mapped"] < size // 4, grown
