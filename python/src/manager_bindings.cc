@@ -125,7 +125,8 @@ void bind_policies(py::module_& m) {
       .def_readonly("n", &KeepLast::n)
       .def("__repr__", [](const KeepLast& p) { return policy_name(p); });
   py::class_<KeepBest>(m, "KeepBest",
-      "The `n` best checkpoints by `metric` (`mode` \"min\": lower is better, or \"max\"); ties go to the newer. A checkpoint without the metric (or NaN) is kept when `keep_missing`, else left to the other policies.")
+      "The `n` best checkpoints by `metric` (`mode` \"min\": lower is better, or \"max\"); ties go to the newer. A "
+      "checkpoint without the metric (or NaN) is kept when `keep_missing`, else left to the other policies.")
       .def(py::init([](int64_t n, std::string metric, const std::string& mode, bool keep_missing) {
              return validated(KeepBest{.n = n,
                                        .metric = std::move(metric),
@@ -144,7 +145,8 @@ void bind_policies(py::module_& m) {
       .def_readonly("steps", &KeepEverySteps::steps)
       .def("__repr__", [](const KeepEverySteps& p) { return policy_name(p); });
   py::class_<KeepEverySeconds>(m, "KeepEverySeconds",
-      "One checkpoint per `seconds` of wall time: the oldest, then each at least `seconds` after the last one kept (TF's keep_checkpoint_every_n_hours).")
+      "One checkpoint per `seconds` of wall time: the oldest, then each at least `seconds` after the last one kept "
+      "(TF's keep_checkpoint_every_n_hours).")
       .def(py::init([](double seconds) { return validated(KeepEverySeconds{.seconds = seconds}); }),
            py::arg("seconds"))
       .def_readonly("seconds", &KeepEverySeconds::seconds)
@@ -154,10 +156,14 @@ void bind_policies(py::module_& m) {
       .def(py::init([](std::vector<int64_t> steps) { return validated(KeepSteps{.steps = std::move(steps)}); }),
            py::arg("steps"))
       .def_readonly("steps", &KeepSteps::steps)
-      .def("__repr__", [](const KeepSteps& p) { return policy_name(p) + "(" + py::repr(py::cast(p.steps)).cast<std::string>() + ")"; });
+      .def("__repr__", [](const KeepSteps& p) {
+        return policy_name(p) + "(" + py::repr(py::cast(p.steps)).cast<std::string>() + ")";
+      });
   const ReturnnPolicy returnn_defaults;
   py::class_<ReturnnPolicy>(m, "ReturnnPolicy",
-      "RETURNN's cleanup_old_models over epochs and every metric (lower is better): the last `keep_last_n`, the `keep_best_n` best of each score, `keep` (else RETURNN's default pattern); `dry_run` keeps everything (docs/manager.md).")
+      "RETURNN's cleanup_old_models over epochs and every metric (lower is better): the last `keep_last_n`, the "
+      "`keep_best_n` best of each score, `keep` (else RETURNN's default pattern); `dry_run` keeps everything "
+      "(docs/manager.md).")
       .def(py::init([](int64_t keep_last_n, int64_t keep_best_n, std::optional<std::vector<int64_t>> keep,
                        bool dry_run) {
              return validated(ReturnnPolicy{
@@ -172,19 +178,24 @@ void bind_policies(py::module_& m) {
       .def("__repr__", [](const ReturnnPolicy& p) {
         return "ReturnnPolicy(keep_last_n=" + std::to_string(p.keep_last_n) +
                ", keep_best_n=" + std::to_string(p.keep_best_n) +
-               ", keep=" + py::repr(py::cast(p.keep)).cast<std::string>() + ", dry_run=" + (p.dry_run ? "True" : "False") +
-               ")";
+               ", keep=" + py::repr(py::cast(p.keep)).cast<std::string>() +
+               ", dry_run=" + (p.dry_run ? "True" : "False") + ")";
       });
   py::class_<CustomPolicy>(m, "CustomPolicy",
-      "A callable given the list of CheckpointEntry (oldest first, with metrics) returning the steps to keep; called from the manager's background thread.")
-      .def(py::init([](py::function keep) { return CustomPolicy{.keep = keep_function(std::move(keep)), .last_kept = {}}; }),
+      "A callable given the list of CheckpointEntry (oldest first, with metrics) returning the steps to keep; called "
+      "from the manager's background thread.")
+      .def(py::init([](py::function keep) {
+             return CustomPolicy{.keep = keep_function(std::move(keep)), .last_kept = {}};
+           }),
            py::arg("keep"))
       .def("__repr__", [](const CustomPolicy&) { return std::string("CustomPolicy(...)"); });
 }
 
 void bind_listing(py::module_& m) {
   py::class_<CheckpointEntry>(m, "CheckpointEntry",
-      "One checkpoint of a run directory: step and epoch (None where the layout does not know them), metrics, path (what ckpt.load opens), files (what pruning removes), size (bytes of files), time (commit time, seconds since the epoch), kept_by (the policies that keep it).")
+      "One checkpoint of a run directory: step and epoch (None where the layout does not know them), metrics, path "
+      "(what ckpt.load opens), files (what pruning removes), size (bytes of files), time (commit time, seconds since "
+      "the epoch), kept_by (the policies that keep it).")
       .def_readonly("step", &CheckpointEntry::step)
       .def_readonly("epoch", &CheckpointEntry::epoch)
       .def_readonly("metrics", &CheckpointEntry::metrics)
@@ -200,7 +211,9 @@ void bind_listing(py::module_& m) {
       .def_readonly("kept_by", &CheckpointEntry::kept_by)
       .def("__repr__", &entry_repr);
   py::class_<RunListing>(m, "RunListing",
-      "The checkpoints of one run directory: run_dir, layout (\"ckpt\", \"returnn\", \"tf\", \"flax\", \"lightning\", \"orbax\", \"empty\") and checkpoints (oldest first); document() is the dict `ckpt ls --json` prints.")
+      "The checkpoints of one run directory: run_dir, layout (\"ckpt\", \"returnn\", \"tf\", \"flax\", "
+      "\"lightning\", \"orbax\", \"empty\") and checkpoints (oldest first); document() is the dict `ckpt ls --json` "
+      "prints.")
       .def_property_readonly("run_dir", [](const RunListing& l) { return l.run_dir.string(); })
       .def_readonly("layout", &RunListing::layout)
       .def_readonly("checkpoints", &RunListing::checkpoints)
@@ -248,7 +261,8 @@ void bind_listing(py::module_& m) {
         std::vector<AverageInput> inputs;
         if (last > 0 || best > 0) {
           if (sources.size() != 1) {
-            throw Error(ErrorCode::kInvalidArgument, "last= and best= take one run directory, not a list of checkpoints");
+            throw Error(ErrorCode::kInvalidArgument,
+                        "last= and best= take one run directory, not a list of checkpoints");
           }
           const RunListing listing = list_run_directory(sources.front());
           inputs = select_for_average(listing, {.last = last,

@@ -332,7 +332,9 @@ Tensor tensor_from_numpy(py::handle value, const std::string& name, std::optiona
   // the dtype's item size from numpy 1's descriptor layout, which numpy 2
   // changed.
   const auto nbytes = array.attr("nbytes").cast<size_t>();
-  if (std::optional<Buffer> own = ckpt_buffer_of(array, nbytes)) return Tensor(dtype, std::move(shape), std::move(*own));
+  if (std::optional<Buffer> own = ckpt_buffer_of(array, nbytes)) {
+    return Tensor(dtype, std::move(shape), std::move(*own));
+  }
   PyObject* owner = array.ptr();
   Py_INCREF(owner);
   Buffer buffer = Buffer::lend({static_cast<const std::byte*>(array.data()), nbytes}, [owner] {
