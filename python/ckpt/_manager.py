@@ -87,7 +87,9 @@ class Manager:
     the run's lock; ValueError for a bad option; UnsupportedError for a format
     that cannot be written; FileNotFoundError for a missing run_dir when
     ``read_only``; CorruptCheckpointError if the run's records cannot be
-    parsed. Use as a context manager, or call :meth:`close`.
+    parsed. Use as a context manager, or call :meth:`close` (managers still
+    open at exit are closed then). One thread calls :meth:`save` at a time;
+    listing and loading may run in other threads meanwhile.
     """
 
     def __init__(self, run_dir: PathLike, *, keep_last: Optional[int] = None, keep_best: Optional[int] = None,

@@ -69,11 +69,11 @@ def test_entries_paths_open_with_ckpt_load(tmp_path):
 
 
 def test_python_keep_predicate(tmp_path):
-    seen = []
+    seen, threads = [], set()
 
     def keep_even(entries):
         seen.append([(e.step, dict(e.metrics)) for e in entries])
-        assert threading.current_thread() is not None
+        threads.add(threading.get_ident())
         return [e.step for e in entries if e.step % 2 == 0]
 
     with ckpt.Manager(tmp_path / "run", keep=keep_even) as manager:
@@ -83,6 +83,7 @@ def test_python_keep_predicate(tmp_path):
         assert steps(manager.list()) == [0, 2, 4]
         assert all("custom" in e.kept_by for e in manager.list())
     assert seen and seen[-1][-1] == (4, {"loss": 4.0})  # given the entries with their metrics
+    assert threads - {threading.get_ident()}  # called from the manager's background thread (with the GIL)
 
 
 def test_policy_objects_compose(tmp_path):
@@ -307,6 +308,9 @@ def test_list_run_directory_on_a_foreign_returnn_dir(tmp_path):
     assert sorted(first.files) == [str(run / "epoch.001.opt.pt"), str(run / "epoch.001.pt")]
     assert first.size == os.path.getsize(run / "epoch.001.pt") + os.path.getsize(run / "epoch.001.opt.pt")
     assert first.kept_by == [] and first.metrics == {}
+    document = listing.document()  # what `ckpt ls --json` prints
+    assert document["layout"] == "returnn" and [c["epoch"] for c in document["checkpoints"]] == [1, 2, 3, 4]
+    assert document["checkpoints"][0]["step"] is None and document["checkpoints"][0]["path"] == first.path
     loaded = ckpt.load(first.path, framework="torch")
     assert torch.equal(loaded["model"]["w"], torch.full((2,), 1.0))
     with pytest.raises(FileNotFoundError):
