@@ -48,10 +48,23 @@ def _import_core():
 _ckpt = _import_core()
 from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, UnsupportedError
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
+from ._manager import Manager, average, detect, list_run_directory, ls, prune
+
+KeepLast = _ckpt.KeepLast
+KeepBest = _ckpt.KeepBest
+KeepEverySteps = _ckpt.KeepEverySteps
+KeepEverySeconds = _ckpt.KeepEverySeconds
+KeepSteps = _ckpt.KeepSteps
+ReturnnPolicy = _ckpt.ReturnnPolicy
+CustomPolicy = _ckpt.CustomPolicy
+CheckpointEntry = _ckpt.CheckpointEntry
+RunListing = _ckpt.RunListing
 
 __all__ = [
     "save", "load", "open", "convert", "inspect", "verify", "diff", "formats", "Checkpoint",
-    "restore", "RestoreReport", "field", "KEEP", "TensorSpec",
+    "restore", "RestoreReport", "field", "KEEP", "TensorSpec", "detect",
+    "Manager", "CheckpointEntry", "RunListing", "list_run_directory", "ls", "prune", "average",
+    "KeepLast", "KeepBest", "KeepEverySteps", "KeepEverySeconds", "KeepSteps", "ReturnnPolicy", "CustomPolicy",
     "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
 ]
 __version__ = _ckpt.__version__

@@ -27,6 +27,7 @@
 #include "ckpt/error.h"
 #include "ckpt/memory.h"
 #include "ckpt/checksum.h"
+#include "manager_bindings.h"
 #include "restore_bindings.h"
 #include "safetensors_bindings.h"
 #include "values.h"
@@ -395,6 +396,7 @@ PYBIND11_MODULE(_ckpt, m) {
 
   bind_restore(m);
   bind_safetensors(m);
+  bind_manager(m);
 
 #ifdef CKPT_VERSION
   m.attr("__version__") = CKPT_VERSION;

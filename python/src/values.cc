@@ -109,12 +109,22 @@ const py::object& numpy_dtype_for(DType dtype, bool as_bits) {
   return numpy_dtype(dtype);
 }
 
+// The name of the capsules that hold the Buffer under an array ckpt made:
+// saving a read-only one again hands the core that Buffer (a mapping of a
+// file stays one, which an asynchronous save need not copy) instead of a
+// loan of its memory (loaned_buffer).
+constexpr const char* kBufferCapsule = "ckpt.Buffer";
+
+void delete_buffer_capsule(PyObject* capsule) {
+  delete static_cast<Buffer*>(PyCapsule_GetPointer(capsule, kBufferCapsule));
+}
+
 // A numpy array of `shape` and byte `strides` at `data`, which `buffer`
 // keeps alive (held by a capsule).
 py::array array_over(const Buffer& buffer, const void* data, DType dtype, bool as_bits, std::span<const int64_t> shape,
                      std::vector<py::ssize_t> strides, bool writable) {
   std::vector<py::ssize_t> sizes(shape.begin(), shape.end());
-  py::capsule base(new Buffer(buffer), [](void* p) { delete static_cast<Buffer*>(p); });
+  py::capsule base(new Buffer(buffer), kBufferCapsule, &delete_buffer_capsule);
   py::array array(py::reinterpret_borrow<py::dtype>(numpy_dtype_for(dtype, as_bits)), sizes, strides, data, base);
   if (!writable) py::detail::array_proxy(array.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   return array;
@@ -277,6 +287,23 @@ constexpr size_t kMaxDepth = 512;
                        type + ": " + why);
 }
 
+// The part of ckpt's own Buffer that a read-only, C-contiguous array made
+// by array_over views (a loaded tensor, a slice of one); nullopt for any
+// other array. Writable arrays are lent instead: the caller can change them.
+std::optional<Buffer> ckpt_buffer_of(const py::array& array, size_t nbytes) {
+  if (array.writeable() || nbytes == 0) return std::nullopt;
+  PyObject* base = py::detail::array_proxy(array.ptr())->base;
+  if (base == nullptr || !PyCapsule_IsValid(base, kBufferCapsule)) return std::nullopt;
+  const Buffer& buffer = *static_cast<const Buffer*>(PyCapsule_GetPointer(base, kBufferCapsule));
+  const auto* data = static_cast<const std::byte*>(array.data());
+  const std::byte* begin = buffer.data();
+  if (begin == nullptr || data < begin || static_cast<size_t>(data - begin) > buffer.size() ||
+      nbytes > buffer.size() - static_cast<size_t>(data - begin)) {
+    return std::nullopt;
+  }
+  return buffer.slice(static_cast<size_t>(data - begin), nbytes);
+}
+
 Tensor tensor_from_numpy(py::handle value, const std::string& name, std::optional<DType> bits_of = std::nullopt) {
   Frameworks& f = frameworks();
   if (!f.numpy) numpy_dtype(DType::kFloat32);
@@ -305,6 +332,9 @@ Tensor tensor_from_numpy(py::handle value, const std::string& name, std::optiona
   // the dtype's item size from numpy 1's descriptor layout, which numpy 2
   // changed.
   const auto nbytes = array.attr("nbytes").cast<size_t>();
+  if (std::optional<Buffer> own = ckpt_buffer_of(array, nbytes)) {
+    return Tensor(dtype, std::move(shape), std::move(*own));
+  }
   PyObject* owner = array.ptr();
   Py_INCREF(owner);
   Buffer buffer = Buffer::lend({static_cast<const std::byte*>(array.data()), nbytes}, [owner] {
