@@ -1,5 +1,7 @@
 #include "ckpt/manager.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -114,6 +116,8 @@ struct Manager::Impl {
         std::exception_ptr failure;
         try {
           commit(*job);
+        } catch (abi::__forced_unwind&) {
+          throw;  // the thread is being cancelled (pthread_exit, a finalizing Python): let it end
         } catch (...) {
           failure = std::current_exception();
         }
@@ -136,6 +140,8 @@ struct Manager::Impl {
         std::exception_ptr failure;
         try {
           clean_up();
+        } catch (abi::__forced_unwind&) {
+          throw;  // the thread is being cancelled (pthread_exit, a finalizing Python): let it end
         } catch (...) {
           failure = std::current_exception();
         }
