@@ -41,23 +41,6 @@ bool valid_hex16(std::string_view text) {
          });
 }
 
-// A metric: a JSON number, or the strings JsonWriter::real writes for NaN
-// and infinities.
-std::optional<double> metric_value(element value) {
-  double number = 0;
-  if (!value.get_double().get(number)) return number;
-  int64_t integer = 0;
-  if (!value.get_int64().get(integer)) return static_cast<double>(integer);
-  uint64_t unsigned_integer = 0;
-  if (!value.get_uint64().get(unsigned_integer)) return static_cast<double>(unsigned_integer);
-  std::string_view text;
-  if (value.get_string().get(text)) return std::nullopt;
-  if (text == "nan") return NAN;
-  if (text == "inf") return INFINITY;
-  if (text == "-inf") return -INFINITY;
-  return std::nullopt;
-}
-
 std::optional<double> number_value(element value) {
   double number = 0;
   if (!value.get_double().get(number)) return number;
@@ -65,6 +48,18 @@ std::optional<double> number_value(element value) {
   if (!value.get_int64().get(integer)) return static_cast<double>(integer);
   uint64_t unsigned_integer = 0;
   if (!value.get_uint64().get(unsigned_integer)) return static_cast<double>(unsigned_integer);
+  return std::nullopt;
+}
+
+// A metric: a JSON number, or the strings JsonWriter::real writes for NaN
+// and infinities.
+std::optional<double> metric_value(element value) {
+  if (std::optional<double> number = number_value(value)) return number;
+  std::string_view text;
+  if (value.get_string().get(text)) return std::nullopt;
+  if (text == "nan") return NAN;
+  if (text == "inf") return INFINITY;
+  if (text == "-inf") return -INFINITY;
   return std::nullopt;
 }
 
