@@ -18,8 +18,6 @@ while they live.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
@@ -46,6 +44,7 @@ def _import_core():
 
 
 _ckpt = _import_core()
+from ._gc import no_gc as _no_gc
 from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, UnsupportedError
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 from ._manager import Manager, average, detect, list_run_directory, ls, prune
@@ -77,20 +76,6 @@ Framework = str  # "numpy" (or "np") / "torch" (or "pt")
 
 def _path(path: PathLike) -> str:
     return os.fsdecode(os.fspath(path))
-
-
-@contextlib.contextmanager
-def _no_gc():
-    """Pauses the cyclic garbage collector while a state is converted: making
-    thousands of objects would otherwise run collections that traverse the
-    whole state again and again (nothing made here forms cycles)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None,

@@ -6,13 +6,12 @@ Python arguments and values to it."""
 from __future__ import annotations
 
 import atexit
-import contextlib
-import gc
 import os
 import warnings
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+from ._gc import no_gc as _no_gc
 from . import _restore
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -23,15 +22,6 @@ def _core():
     return _ckpt
 
 
-@contextlib.contextmanager
-def _no_gc():
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _path(path: PathLike) -> str:
