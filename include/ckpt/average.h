@@ -22,6 +22,9 @@ namespace ckpt {
 // it is known by (recorded in the result; unknown for a bare path).
 struct AverageInput {
   std::filesystem::path path;
+  // A state saved in parts (CheckpointEntry::parts): every part, `path`
+  // first; the state averaged is their union. Empty: `path` alone.
+  std::vector<std::filesystem::path> parts;
   std::optional<int64_t> step;
   std::optional<int64_t> epoch;
 };

@@ -66,6 +66,15 @@ struct ManagerOptions {
   bool read_only = false;
 };
 
+// One file of a checkpoint saved in parts (per-module files: a frozen
+// encoder in a file of its own is linked, not rewritten, while it does not
+// change). The part is stored as `name` plus the format's extension
+// ("encoder.safetensors"; a TF prefix "encoder", an Orbax "encoder/").
+struct StatePart {
+  std::string name;  // 1 to 100 letters, digits, '_' or '-'; "state" is the name of an unsplit state
+  Tree state;        // a map; the parts of one checkpoint hold disjoint leaves
+};
+
 struct SaveStepOptions {
   std::map<std::string, double> metrics;
   std::optional<int64_t> epoch;
@@ -106,6 +115,14 @@ class Manager {
   // Error{kInvalidArgument} for a step not newer than the last, or a
   // read-only manager; what save() of checkpoint.h throws (blocking).
   void save(int64_t step, const Tree& state, const SaveStepOptions& options = {});
+  // Saves a state in parts, one file each, as one checkpoint (one commit):
+  // the step directory holds every part, checkpoint.json lists them, and
+  // each part is deduplicated on its own (hard-linked from the previous
+  // step when that step has a part of the same name with the same state).
+  // load() and restore_latest() return the union of the parts. Throws as
+  // save() above, and Error{kInvalidArgument} for no part, a part's name
+  // that is not a plain name or repeats another's, a part that is not a map.
+  void save(int64_t step, const std::vector<StatePart>& parts, const SaveStepOptions& options = {});
 
   // The committed checkpoints, oldest first, with kept_by (a read of the
   // directory; pending saves are not listed until committed).
@@ -116,8 +133,9 @@ class Manager {
   // those that record it; nullopt when none does.
   std::optional<CheckpointEntry> best(const std::string& metric, MetricMode mode = MetricMode::kMin) const;
 
-  // Loads committed checkpoint `step`. On a writing manager, that checkpoint
-  // is not deleted until this manager commits a newer one.
+  // Loads committed checkpoint `step` (a state saved in parts: the union of
+  // its parts, load_checkpoint()). On a writing manager, that checkpoint is
+  // not deleted until this manager commits a newer one.
   // Throws Error{kNotFound} for a step that is not committed.
   Tree load(int64_t step, const LoadOptions& options = {});
   // Restores the newest committed checkpoint into `target` through

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/format.h"
 #include "ckpt/tree.h"
 
 namespace ckpt {
@@ -27,6 +28,10 @@ struct CheckpointEntry {
   // What ckpt::load / ckpt.load opens directly: a state file, a TF bundle
   // prefix, an Orbax / ckpt step directory's state.
   std::filesystem::path path;
+  // A state saved in parts (Manager::save with StateParts): every part's
+  // path, `path` first, each of which ckpt::load opens; the state is their
+  // union (load_checkpoint). Empty for a state in one file.
+  std::vector<std::filesystem::path> parts;
   // Every path that belongs to this checkpoint and goes when it is pruned
   // (RETURNN's epoch.NNN.opt.pt beside epoch.NNN.pt; a TF bundle's .index,
   // .data-* and .meta; a step directory as one path).
@@ -58,12 +63,20 @@ struct RunListing {
 // learning_rates file, TF's checkpoint state file) cannot be parsed.
 RunListing list_run_directory(const std::filesystem::path& run_dir);
 
+// Loads a listed checkpoint: ckpt::load of its path, or, for a state saved
+// in parts, the union of its parts (maps merged key by key). Throws what
+// ckpt::load throws, and Error{kCorrupt} naming the entry and the parts when
+// two parts hold one leaf.
+Tree load_checkpoint(const CheckpointEntry& entry, const LoadOptions& options = {});
+
 // `listing` as a document (ckpt/document.h: to_json() gives `ckpt ls
 // --json`, the Python package hands it over as dicts and lists):
 //   {"run_dir": str, "layout": str,
 //    "checkpoints": [{"step": int | none, "epoch": int | none,
 //                     "metrics": {name: float...}, "path": str, "size": int,
-//                     "time": float, "kept_by": [str...]}...]}   // oldest first
+//                     "time": float, "kept_by": [str...],
+//                     "parts": [str...]   // only for a state saved in parts
+//                    }...]}   // oldest first
 // A number the layout does not know is none (JSON null).
 Tree listing_document(const RunListing& listing);
 

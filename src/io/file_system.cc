@@ -43,6 +43,11 @@ void sync(const std::filesystem::path& directory, const std::filesystem::path& f
 
 }  // namespace
 
+bool regular_file_exists(const std::filesystem::path& path) noexcept {
+  std::error_code error;
+  return std::filesystem::is_regular_file(path, error);
+}
+
 void throw_io(const std::filesystem::path& path, std::string_view what, int error, std::optional<uint64_t> offset) {
   const ErrorCode code = (error == ENOENT || error == ENOTDIR) ? ErrorCode::kNotFound : ErrorCode::kIo;
   throw Error(code, std::string(what) + ": " + std::strerror(error), {.path = path, .offset = offset});

@@ -17,6 +17,10 @@ namespace ckpt::detail {
 [[noreturn]] void throw_io(const std::filesystem::path& path, std::string_view what, int error,
                            std::optional<uint64_t> offset = std::nullopt);
 
+// True if `path` is a regular file (following links); false when it is
+// absent, another kind of entry or cannot be examined. Never throws.
+bool regular_file_exists(const std::filesystem::path& path) noexcept;
+
 // fsync()s `directory` ("." when empty), so that the entries created,
 // renamed or removed in it are durable. A file system that cannot sync
 // directories (EINVAL) is not an error. Throws as throw_io, naming

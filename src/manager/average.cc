@@ -92,7 +92,9 @@ AverageResult average_checkpoints(const std::vector<AverageInput>& inputs, const
   std::vector<Tree> trees;
   trees.reserve(inputs.size());
   for (const AverageInput& input : inputs) {
-    trees.push_back(naming_file(input.path, [&] { return load(input.path); }));
+    trees.push_back(naming_file(input.path, [&] {
+      return load_checkpoint(CheckpointEntry{.path = input.path, .parts = input.parts}, {});
+    }));
   }
   const fs::path& newest_path = inputs.back().path;
   const Tree& newest = trees.back();
@@ -190,7 +192,7 @@ std::vector<AverageInput> select_for_average(const RunListing& listing, const Av
   std::vector<AverageInput> inputs;
   for (size_t i : chosen) {
     const CheckpointEntry& entry = listing.checkpoints[i];
-    inputs.push_back({.path = entry.path, .step = entry.step, .epoch = entry.epoch});
+    inputs.push_back({.path = entry.path, .parts = entry.parts, .step = entry.step, .epoch = entry.epoch});
   }
   return inputs;
 }

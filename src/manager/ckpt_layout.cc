@@ -32,6 +32,10 @@ std::optional<RunListing> list_ckpt_run(const std::filesystem::path& run_dir) {
     entry.epoch = record.epoch;
     entry.metrics = record.metrics;
     entry.path = item.path() / record.state;
+    if (!record.parts.empty()) {
+      entry.parts.push_back(entry.path);
+      for (const RecordedPart& part : record.parts) entry.parts.push_back(item.path() / part.state);
+    }
     entry.files = {item.path()};
     entry.size = fs::file_size(item.path() / kStepRecordName, status_error);
     if (status_error) entry.size = 0;

@@ -15,6 +15,7 @@
 #include "formats/orbax/layout.h"
 #include "formats/tf/layout.h"
 #include "formats/tf/paths.h"
+#include "io/file_system.h"
 #include "manager/foreign_files.h"
 #include "manager/foreign_layouts.h"
 #include "manager/run_layouts.h"
@@ -23,11 +24,6 @@ namespace ckpt::detail {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool is_file(const fs::path& path) {
-  std::error_code error;
-  return fs::is_regular_file(path, error);
-}
 
 // The step a TF prefix's name ends in: "ckpt-12", "model.ckpt-1000" (the
 // "-N" that tf.train.CheckpointManager and Saver's global_step append).
@@ -42,7 +38,7 @@ std::optional<int64_t> trailing_step(std::string_view name) {
 // names, each taken by its file name in `run_dir`.
 std::optional<RunListing> list_tf_run(const fs::path& run_dir) {
   const fs::path state_file = run_dir / tf_detail::kStateFileName;
-  if (!is_file(state_file)) return std::nullopt;
+  if (!regular_file_exists(state_file)) return std::nullopt;
   const tf_detail::StateFileContents state = tf_detail::read_state_file(state_file);
   std::vector<std::string> names;
   std::vector<std::optional<double>> times;
@@ -83,8 +79,8 @@ std::optional<RunListing> list_tf_run(const fs::path& run_dir) {
 // A directory that ckpt::load reads as Orbax: it holds _CHECKPOINT_METADATA
 // (a step) or _METADATA (one item).
 bool complete_orbax_directory(const fs::path& directory) {
-  return is_file(directory / orbax_detail::kCheckpointMetadataFile) ||
-         is_file(directory / orbax_detail::kTreeMetadataFile);
+  return regular_file_exists(directory / orbax_detail::kCheckpointMetadataFile) ||
+         regular_file_exists(directory / orbax_detail::kTreeMetadataFile);
 }
 
 // Flax: flax.training.checkpoints' "checkpoint_<step>", a msgpack file or
@@ -104,7 +100,7 @@ std::optional<RunListing> list_flax_run(const fs::path& run_dir) {
     entry.step = step;
     entry.path = path;
     std::optional<double> commit_time;
-    if (run_entry.directory && is_file(path / orbax_detail::kCheckpointMetadataFile)) {
+    if (run_entry.directory && regular_file_exists(path / orbax_detail::kCheckpointMetadataFile)) {
       OrbaxStepRecord record = read_orbax_step_record(path);
       entry.metrics = std::move(record.metrics);
       commit_time = record.commit_time;
@@ -228,7 +224,7 @@ std::optional<RunListing> list_orbax_run(const fs::path& run_dir) {
     const fs::path record_file = path / orbax_detail::kCheckpointMetadataFile;
     // A bare number is a common name: only a directory that holds Orbax's
     // files, or is a step in progress, makes this an Orbax run.
-    if (!is_file(record_file)) continue;
+    if (!regular_file_exists(record_file)) continue;
     seen = true;
     OrbaxStepRecord record = read_orbax_step_record(path);
     CheckpointEntry entry;

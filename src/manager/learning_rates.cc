@@ -23,8 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view kMetaPrefix = ":meta:";
-
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_identifier_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_identifier_char(char c) { return is_identifier_start(c) || is_digit(c); }
@@ -416,11 +414,11 @@ class Parser {
       expect(':', "':' after a score's name");
       skip_space();
       bool fresh;
-      if (key.starts_with(kMetaPrefix)) {
+      if (key.starts_with(kMetaKeyPrefix)) {
         const size_t value_at = position_;
         skip_literal(1);
         const std::string literal(text_.substr(value_at, position_ - value_at));
-        fresh = record.meta.emplace(key.substr(kMetaPrefix.size()), literal).second;
+        fresh = record.meta.emplace(key.substr(kMetaKeyPrefix.size()), literal).second;
       } else {
         fresh = record.scores.emplace(key, number()).second;
       }

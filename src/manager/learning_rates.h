@@ -48,6 +48,9 @@ using LearningRates = std::map<int64_t, EpochRecord>;
 // `learning_rate_file`; i6's setups keep it beside the models).
 inline constexpr std::string_view kLearningRatesFile = "learning_rates";
 
+// The prefix of an error key that holds a meta entry (":meta:NAME").
+inline constexpr std::string_view kMetaKeyPrefix = ":meta:";
+
 // Limits of the parser: the text is a human-sized record, not data.
 inline constexpr size_t kMaxLearningRatesBytes = 64u << 20;  // 64 MiB
 inline constexpr int kMaxLiteralDepth = 32;                   // nested [ ( { in a meta value

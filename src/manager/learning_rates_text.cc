@@ -20,8 +20,6 @@
 namespace ckpt::detail {
 namespace {
 
-constexpr std::string_view kMetaPrefix = ":meta:";
-
 // Python's len(): code points.
 size_t python_length(std::string_view text) {
   return static_cast<size_t>(
@@ -94,20 +92,20 @@ std::string epoch_repr(int64_t epoch, const EpochRecord& record) {
   }
   std::vector<std::pair<std::string, std::string>> items;
   for (const auto& [key, value] : record.scores) {
-    if (!valid_utf8(key) || key.starts_with(kMetaPrefix)) {
+    if (!valid_utf8(key) || key.starts_with(kMetaKeyPrefix)) {
       throw Error(ErrorCode::kInvalidArgument,
                   where + ": score name " + detail::quoted(key) + " is not valid UTF-8 or starts with ':meta:'");
     }
     items.emplace_back(key, python_string_repr(key) + ": " + float_literal(value));
   }
   for (const auto& [name, literal] : record.meta) {
-    const std::string key = std::string(kMetaPrefix) + name;
+    const std::string key = std::string(kMetaKeyPrefix) + name;
     // The literal must be one value the parser reads back (and nothing more).
     bool valid = valid_utf8(key);
     if (valid) {
       try {
         const LearningRates probe = parse_learning_rates("{1: EpochData(learningRate=1.0, error={'" +
-                                                         std::string(kMetaPrefix) + "': " + literal + "})}");
+                                                         std::string(kMetaKeyPrefix) + "': " + literal + "})}");
         valid = probe.size() == 1 && probe.begin()->second.meta.size() == 1 &&
                 probe.begin()->second.meta.begin()->second == literal;
       } catch (const Error&) {

@@ -26,6 +26,11 @@ Tree listing_document(const RunListing& listing) {
     item.set(std::string("size"), Tree(static_cast<int64_t>(entry.size)));
     item.set(std::string("time"), Tree(entry.time));
     item.set(std::string("kept_by"), std::move(kept_by));
+    if (!entry.parts.empty()) {
+      Tree parts = Tree::list();
+      for (const std::filesystem::path& part : entry.parts) parts.push_back(Tree(part.string()));
+      item.set(std::string("parts"), std::move(parts));
+    }
     checkpoints.push_back(std::move(item));
   }
   Tree document = Tree::map();

@@ -62,7 +62,7 @@ std::vector<RetentionPolicy> configured_policies(const ManagerOptions& options) 
 struct Manager::Impl {
   struct Job {
     int64_t step = 0;
-    Tree state;
+    std::vector<StatePart> parts;
     Buffer block;  // where an asynchronous save's snapshot lies
     SaveStepOptions options;
     bool done = false;
@@ -72,7 +72,6 @@ struct Manager::Impl {
   fs::path run_dir;
   ManagerOptions options;
   const Format* format = nullptr;
-  std::string state_name;
   std::unique_ptr<detail::RunLock> lock;
   std::vector<RetentionPolicy> policies;  // as configured (a CustomPolicy with its function)
   detail::RunConfig config;               // as persisted
@@ -155,21 +154,28 @@ struct Manager::Impl {
     }
   }
 
-  // Writes job.state into a temporary step directory and commits it.
+  // Writes job.parts into a temporary step directory and commits it.
   void commit(Job& job) {
     const fs::path final_path = step_dir(job.step);
     std::error_code status_error;
     if (fs::exists(fs::symlink_status(final_path, status_error))) {
       invalid("step directory exists already and is not one this manager committed", final_path);
     }
+    // Each part's file name and digest (dedup off: no digest, no pass over
+    // the bytes for it); the first part is the record's state.
+    std::vector<detail::RecordedPart> parts;
+    for (const StatePart& part : job.parts) {
+      parts.push_back({.state = detail::part_file_name(*format, part.name),
+                       .digest = options.dedup ? detail::state_digest(part.state) : std::string()});
+    }
     detail::StepRecord record{.step = job.step,
                               .epoch = job.options.epoch,
                               .metrics = job.options.metrics,
                               .time = 0,
                               .format = std::string(format->id()),
-                              .state = state_name,
-                              // Dedup off: no digest, no pass over the bytes for it.
-                              .state_digest = options.dedup ? detail::state_digest(job.state) : std::string(),
+                              .state = parts.front().state,
+                              .state_digest = parts.front().digest,
+                              .parts = std::vector<detail::RecordedPart>(parts.begin() + 1, parts.end()),
                               .files = {}};
     detail::AtomicDirectory directory(final_path, {.fsync = options.fsync, .files_synced = true});
     std::optional<detail::StepRecord> previous;
@@ -177,18 +183,32 @@ struct Manager::Impl {
       std::lock_guard<std::mutex> guard(mutex);
       previous = last_record;
     }
-    bool linked = false;
-    if (options.dedup && previous && previous->format == record.format && previous->state == record.state &&
-        !previous->state_digest.empty() && previous->state_digest == record.state_digest) {
-      linked = detail::link_state_files(step_dir(previous->step), directory.path(), previous->files, options.fsync);
-      if (linked) record.files = previous->files;
+    std::vector<detail::RecordedFile> linked_files;  // of the parts linked from the previous step
+    std::set<std::string> linked_paths;
+    for (size_t i = 0; i < job.parts.size(); ++i) {
+      if (options.dedup && previous && previous->format == record.format && !parts[i].digest.empty() &&
+          previous_digest(*previous, parts[i].state) == parts[i].digest) {
+        std::vector<detail::RecordedFile> files;
+        for (const detail::RecordedFile& file : previous->files) {
+          if (detail::file_of_part(file.path, parts[i].state)) files.push_back(file);
+        }
+        if (!files.empty() &&
+            detail::link_state_files(step_dir(previous->step), directory.path(), files, options.fsync)) {
+          for (detail::RecordedFile& file : files) {
+            linked_paths.insert(file.path);
+            linked_files.push_back(std::move(file));
+          }
+          continue;
+        }
+      }
+      ckpt::save(directory.path() / parts[i].state, job.parts[i].state,
+                 {.format = record.format, .fsync = options.fsync, .state_file = StateFilePolicy::kLeave});
     }
-    if (!linked) {
-      ckpt::save(directory.path() / state_name, job.state,
-           {.format = record.format, .fsync = options.fsync, .state_file = StateFilePolicy::kLeave});
-      record.files = detail::record_state_files(directory.path());
-    }
-    job.state = Tree();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
+    record.files = detail::record_state_files(directory.path(), linked_paths);
+    record.files.insert(record.files.end(), linked_files.begin(), linked_files.end());
+    std::sort(record.files.begin(), record.files.end(),
+              [](const detail::RecordedFile& a, const detail::RecordedFile& b) { return a.path < b.path; });
+    job.parts.clear();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
     if (!job.block.empty() && job.block.storage().use_count() == 1) {
       std::lock_guard<std::mutex> guard(mutex);
       if (job.block.size() > spare.size()) spare = std::move(job.block);
@@ -212,6 +232,15 @@ struct Manager::Impl {
     std::lock_guard<std::mutex> guard(mutex);
     last_record = std::move(record);
     if (protected_step && job.step > *protected_step) protected_step.reset();
+  }
+
+  // The digest `record` gives its part stored as `file_name` ("" if none).
+  static std::string previous_digest(const detail::StepRecord& record, const std::string& file_name) {
+    if (record.state == file_name) return record.state_digest;
+    for (const detail::RecordedPart& part : record.parts) {
+      if (part.state == file_name) return part.digest;
+    }
+    return {};
   }
 
   // Retention after a commit: removes what no policy keeps.
@@ -289,7 +318,6 @@ Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_uni
     throw Error(ErrorCode::kUnsupported,
                 "the manager saves whole states; " + std::string(m.format->id()) + " holds one tensor");
   }
-  m.state_name = detail::state_name(*m.format);
   std::error_code error;
   if (m.options.read_only) {
     if (!fs::is_directory(m.run_dir, error)) {
@@ -349,12 +377,25 @@ Manager::~Manager() {
 const fs::path& Manager::run_dir() const noexcept { return impl_->run_dir; }
 
 void Manager::save(int64_t step, const Tree& state, const SaveStepOptions& options) {
+  save(step, std::vector<StatePart>{{.name = "state", .state = state}}, options);
+}
+
+void Manager::save(int64_t step, const std::vector<StatePart>& parts, const SaveStepOptions& options) {
   Impl& m = *impl_;
   if (!m.writing()) invalid(m.closed ? "the manager is closed" : "the manager is read-only", m.run_dir);
   for (const auto& [name, value] : options.metrics) {
     if (name.empty() || !detail::valid_utf8(name)) invalid("a metric's name must be non-empty UTF-8: " + detail::quoted(name));
   }
   if (step < 0) invalid("a step must be >= 0, not " + std::to_string(step));
+  if (parts.empty()) invalid("a checkpoint needs at least one state part");
+  std::set<std::string_view> names;
+  for (const StatePart& part : parts) {
+    detail::validate_part_name(part.name);
+    if (!names.insert(part.name).second) invalid("two state parts are named " + detail::quoted(part.name));
+    if (parts.size() > 1 && !part.state.is_map()) {
+      invalid("a state saved in parts is a map in each part; part " + detail::quoted(part.name) + " is not");
+    }
+  }
   std::unique_lock<std::mutex> guard(m.mutex);
   m.rethrow_error();
   if (m.last_step && step <= *m.last_step) {
@@ -369,15 +410,20 @@ void Manager::save(int64_t step, const Tree& state, const SaveStepOptions& optio
     // The saves before it first, so that their failure is reported here.
     m.changed.wait(guard, [&] { return m.queue.empty(); });
     m.rethrow_error();
-    job->state = state;  // the caller waits: its memory stays as it is
+    job->parts = parts;  // the caller waits: its memory stays as it is
   } else {
     m.changed.wait(guard, [&] { return m.queue.size() < m.options.max_in_flight; });
     m.rethrow_error();
     Buffer spare = std::move(m.spare);
     m.spare = Buffer();
     guard.unlock();
-    detail::Snapshot snapshot = detail::snapshot_state(state, std::move(spare));
-    job->state = std::move(snapshot.state);
+    // One snapshot of all parts (one block; ties across parts stay tied).
+    Tree together = Tree::list();
+    for (const StatePart& part : parts) together.push_back(part.state);
+    detail::Snapshot snapshot = detail::snapshot_state(together, std::move(spare));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      job->parts.push_back({.name = parts[i].name, .state = std::move(snapshot.state[i])});
+    }
     job->block = std::move(snapshot.block);
     guard.lock();
   }
@@ -437,7 +483,7 @@ Tree Manager::load(int64_t step, const LoadOptions& options) {
       std::lock_guard<std::mutex> guard(impl_->mutex);
       impl_->protected_step = step;
     }
-    return ckpt::load(entry.path, options);
+    return load_checkpoint(entry, options);
   }
   throw Error(ErrorCode::kNotFound, "the run has no committed checkpoint of step " + std::to_string(step),
               {.path = impl_->run_dir});

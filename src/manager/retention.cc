@@ -10,7 +10,7 @@
 namespace ckpt {
 namespace {
 
-[[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
+[[noreturn]] void invalid_policy(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }
 
 std::string number_text(double value) {
   if (value == std::floor(value) && std::fabs(value) < 1e15) return std::to_string(static_cast<int64_t>(value));
@@ -222,22 +222,22 @@ std::string policy_name(const RetentionPolicy& policy) {
 void validate_policy(const RetentionPolicy& policy) {
   struct Validator {
     void operator()(const KeepLast& p) const {
-      if (p.n < 0) invalid("keep_last must be >= 0, not " + std::to_string(p.n));
+      if (p.n < 0) invalid_policy("keep_last must be >= 0, not " + std::to_string(p.n));
     }
     void operator()(const KeepBest& p) const {
-      if (p.n < 0) invalid("keep_best must be >= 0, not " + std::to_string(p.n));
-      if (p.metric.empty()) invalid("keep_best needs the metric to rank by");
+      if (p.n < 0) invalid_policy("keep_best must be >= 0, not " + std::to_string(p.n));
+      if (p.metric.empty()) invalid_policy("keep_best needs the metric to rank by");
     }
     void operator()(const KeepEverySteps& p) const {
-      if (p.steps <= 0) invalid("keep_every_steps must be > 0, not " + std::to_string(p.steps));
+      if (p.steps <= 0) invalid_policy("keep_every_steps must be > 0, not " + std::to_string(p.steps));
     }
     void operator()(const KeepEverySeconds& p) const {
-      if (!(p.seconds > 0) || !std::isfinite(p.seconds)) invalid("keep_every_seconds must be > 0");
+      if (!(p.seconds > 0) || !std::isfinite(p.seconds)) invalid_policy("keep_every_seconds must be > 0");
     }
     void operator()(const KeepSteps&) const {}
     void operator()(const ReturnnPolicy& p) const {
-      if (p.keep_last_n < 1) invalid("RETURNN's keep_last_n must be >= 1, not " + std::to_string(p.keep_last_n));
-      if (p.keep_best_n < 0) invalid("RETURNN's keep_best_n must be >= 0, not " + std::to_string(p.keep_best_n));
+      if (p.keep_last_n < 1) invalid_policy("RETURNN's keep_last_n must be >= 1, not " + std::to_string(p.keep_last_n));
+      if (p.keep_best_n < 0) invalid_policy("RETURNN's keep_best_n must be >= 0, not " + std::to_string(p.keep_best_n));
     }
     void operator()(const CustomPolicy&) const {}
   };

@@ -9,6 +9,7 @@
 #include <string>
 #include <system_error>
 
+#include "io/file_system.h"
 #include "manager/foreign_files.h"
 #include "manager/foreign_layouts.h"
 #include "manager/learning_rates.h"
@@ -60,16 +61,11 @@ std::string model_name(int64_t epoch, bool pretrain) {
   return std::string(kModelPrefix) + (pretrain ? std::string(kPretrain) : "") + digits;
 }
 
-bool is_file(const fs::path& path) {
-  std::error_code error;
-  return fs::is_regular_file(path, error);
-}
-
 }  // namespace
 
 std::optional<fs::path> returnn_learning_rates_path(const fs::path& run_dir) {
   for (const fs::path& candidate : {run_dir / kLearningRatesFile, run_dir / ".." / kLearningRatesFile}) {
-    if (is_file(candidate)) return candidate.lexically_normal();
+    if (regular_file_exists(candidate)) return candidate.lexically_normal();
   }
   return std::nullopt;
 }
@@ -93,7 +89,7 @@ std::optional<RunListing> list_returnn_run(const fs::path& run_dir) {
       if (rest == ".index") files.tf = true;
       seen = true;
     } else if (entry.directory && rest == ".orbax") {
-      files.orbax = is_file(run_dir / entry.name / "_CHECKPOINT_METADATA");
+      files.orbax = regular_file_exists(run_dir / entry.name / "_CHECKPOINT_METADATA");
       seen = true;
     } else if (entry.directory && rest == ".opt.orbax") {
       files.orbax_optimizer = seen = true;

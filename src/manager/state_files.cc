@@ -10,6 +10,7 @@
 #include <set>
 #include <system_error>
 
+#include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/text.h"
 #include "io/file_system.h"
@@ -96,10 +97,71 @@ void fsync_file(const fs::path& path) {
 
 }  // namespace
 
-std::string state_name(const Format& format) {
-  if (format.capabilities().state_file) return "state";
+std::string state_name(const Format& format) { return part_file_name(format, "state"); }
+
+std::string part_file_name(const Format& format, std::string_view stem) {
+  if (format.capabilities().state_file) return std::string(stem);
   const std::vector<std::string_view> extensions = format.extensions();
-  return extensions.empty() ? "state" : "state" + std::string(extensions.front());
+  return extensions.empty() ? std::string(stem) : std::string(stem) + std::string(extensions.front());
+}
+
+void validate_part_name(std::string_view stem) {
+  const bool plain = std::all_of(stem.begin(), stem.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  if (stem.empty() || stem.size() > 100 || !plain) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "a state part's name must be 1 to 100 letters, digits, '_' or '-': " + quoted(stem));
+  }
+}
+
+bool file_of_part(std::string_view path, std::string_view file_name) {
+  if (!path.starts_with(file_name)) return false;
+  if (path.size() == file_name.size()) return true;
+  const char next = path[file_name.size()];
+  // "NAME/..." below an Orbax part; "NAME.index" of a TF prefix part (a
+  // part's file name has a '.' only in a format's extension, which a TF
+  // prefix has not).
+  return next == '/' || (next == '.' && file_name.find('.') == std::string_view::npos);
+}
+
+namespace {
+
+void merge_into(Tree& into, Tree&& from, std::string& name, size_t part,
+                const std::vector<std::filesystem::path>& part_paths) {
+  for (size_t i = 0; i < from.size(); ++i) {
+    const Key key = from.key_at(i);
+    const size_t mark = name.size();
+    append_name(name, key_to_string(key));
+    Tree& value = *from.find(key);
+    Tree* existing = into.find(key);
+    if (existing == nullptr) {
+      into.set(key, std::move(value));
+    } else if (existing->is_map() && value.is_map()) {
+      merge_into(*existing, std::move(value), name, part, part_paths);
+    } else {
+      throw Error(ErrorCode::kCorrupt,
+                  "two parts of the state hold this entry (" + part_paths[0].filename().string() + "... and " +
+                      part_paths[part].filename().string() + ")",
+                  {.path = part_paths[part], .entry = name});
+    }
+    name.resize(mark);
+  }
+}
+
+}  // namespace
+
+Tree merge_parts(std::vector<Tree> parts, const std::vector<std::filesystem::path>& part_paths) {
+  if (parts.empty()) return Tree::map();
+  Tree merged = std::move(parts[0]);
+  for (size_t part = 1; part < parts.size(); ++part) {
+    if (!merged.is_map() || !parts[part].is_map()) {
+      throw Error(ErrorCode::kCorrupt, "a part of a state saved in parts is not a map", {.path = part_paths[part]});
+    }
+    std::string name;
+    merge_into(merged, std::move(parts[part]), name, part, part_paths);
+  }
+  return merged;
 }
 
 Snapshot snapshot_state(const Tree& state, Buffer spare) {
@@ -147,14 +209,14 @@ std::string state_digest(const Tree& state) {
   return digest.hex();
 }
 
-std::vector<RecordedFile> record_state_files(const fs::path& step_dir) {
+std::vector<RecordedFile> record_state_files(const fs::path& step_dir, const std::set<std::string>& known) {
   std::vector<RecordedFile> files;
   std::error_code error;
   for (fs::recursive_directory_iterator it(step_dir, error), end; !error && it != end; it.increment(error)) {
     std::error_code status_error;
     if (!it->is_regular_file(status_error) || it->is_symlink(status_error)) continue;
     const std::string relative = it->path().lexically_relative(step_dir).generic_string();
-    if (relative == kStepRecordName) continue;
+    if (relative == kStepRecordName || known.contains(relative)) continue;
     const std::shared_ptr<const MappedFile> file = MappedFile::open(it->path());
     files.push_back({.path = relative, .size = file->size(), .xxh3 = hex_digits(xxh3_64(file->bytes()), 16)});
   }
@@ -167,7 +229,10 @@ bool link_state_files(const fs::path& from_dir, const fs::path& to_dir, const st
                       bool fsync) {
   const auto undo = [&] {
     std::error_code ignored;
-    for (const fs::directory_entry& entry : fs::directory_iterator(to_dir, ignored)) fs::remove_all(entry.path(), ignored);
+    for (const RecordedFile& file : files) {
+      const fs::path relative(file.path);
+      fs::remove_all(to_dir / *relative.begin(), ignored);
+    }
     return false;
   };
   for (const RecordedFile& file : files) {

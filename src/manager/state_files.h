@@ -5,7 +5,9 @@
 // the files list of checkpoint.json.
 
 #include <filesystem>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckpt/format.h"
@@ -19,6 +21,24 @@ namespace ckpt::detail {
 // checkpoints (a TF bundle prefix: state.index, state.data-*) or has no
 // extension (an Orbax directory).
 std::string state_name(const Format& format);
+// The same for a part of a state saved in parts: `stem` plus the format's
+// first extension ("encoder.safetensors"), `stem` alone as above.
+std::string part_file_name(const Format& format, std::string_view stem);
+// Throws Error{kInvalidArgument} unless `stem` is a part's name: 1 to 100
+// letters, digits, '_' and '-' (no '.', so that a part's files, "NAME.*" or
+// "NAME/...", never mix with another part's).
+void validate_part_name(std::string_view stem);
+// Whether the step directory's file `path` ('/'-separated, relative)
+// belongs to the part stored as `file_name`: the file itself, a file below
+// it (an Orbax directory), or a file of its TF prefix ("NAME.index").
+bool file_of_part(std::string_view path, std::string_view file_name);
+
+// The union of a state's parts, in part order (a map's keys from each part
+// after those of the parts before): maps are merged key by key, recursively.
+// Throws Error{kCorrupt} naming the entry and `part_paths` (one per part)
+// when two parts hold one leaf, or a node that is a map in one and not in
+// another.
+Tree merge_parts(std::vector<Tree> parts, const std::vector<std::filesystem::path>& part_paths);
 
 // A copy of `state` that the caller's later writes cannot change: tensors
 // in heap memory (writable) or lent memory (numpy, torch) are copied,
@@ -41,13 +61,17 @@ Snapshot snapshot_state(const Tree& state, Buffer spare = {});
 std::string state_digest(const Tree& state);
 
 // The files under `step_dir` (a temporary step directory), sorted by path,
-// each with its size and the xxh3 of its bytes. Throws Error{kIo}.
-std::vector<RecordedFile> record_state_files(const std::filesystem::path& step_dir);
+// each with its size and the xxh3 of its bytes, but for those in `known`
+// (linked from the previous step: their record is that step's). Throws
+// Error{kIo}.
+std::vector<RecordedFile> record_state_files(const std::filesystem::path& step_dir,
+                                             const std::set<std::string>& known = {});
 
 // Hard-links each of `files` from `from_dir` into `to_dir` (copying where
 // the file system refuses a link; a copy is fsynced with `fsync`). Returns
-// false, with whatever it put into `to_dir` removed, when a source is gone
-// or its size is not the recorded one; throws Error{kIo} for other failures.
+// false, with what it put into `to_dir` removed (each file's top-level entry
+// there: a part owns its name), when a source is gone or its size is not the
+// recorded one; throws Error{kIo} for other failures.
 bool link_state_files(const std::filesystem::path& from_dir, const std::filesystem::path& to_dir,
                       const std::vector<RecordedFile>& files, bool fsync);
 

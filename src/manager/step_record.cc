@@ -101,6 +101,19 @@ std::string step_record_json(const StepRecord& record) {
   json.string(record.state);
   json.key("state_digest");
   json.string(record.state_digest);
+  if (!record.parts.empty()) {
+    json.key("parts");
+    json.begin_array();
+    for (const RecordedPart& part : record.parts) {
+      json.begin_object();
+      json.key("state");
+      json.string(part.state);
+      json.key("state_digest");
+      json.string(part.digest);
+      json.end_object();
+    }
+    json.end_array();
+  }
   json.key("files");
   json.begin_array();
   for (const RecordedFile& file : record.files) {
@@ -160,13 +173,32 @@ StepRecord parse_step_record(std::string_view json, const std::filesystem::path&
     }
   }
   record.format = required_string(object, "format", path);
-  record.state = required_string(object, "state", path);
-  if (!valid_relative_path(record.state) || record.state.find('/') != std::string::npos) {
-    corrupt(path, "checkpoint.json's state is not a name inside the step directory", record.state);
-  }
-  record.state_digest = required_string(object, "state_digest", path);
-  if (!record.state_digest.empty() && !valid_hex16(record.state_digest)) {
-    corrupt(path, "checkpoint.json's state_digest is not 16 hex digits");
+  const auto part_of = [&](const simdjson::dom::object& part_object) {
+    RecordedPart part{.state = required_string(part_object, "state", path),
+                      .digest = required_string(part_object, "state_digest", path)};
+    if (!valid_relative_path(part.state) || part.state.find('/') != std::string::npos) {
+      corrupt(path, "checkpoint.json's state is not a name inside the step directory", part.state);
+    }
+    if (!part.digest.empty() && !valid_hex16(part.digest)) {
+      corrupt(path, "checkpoint.json's state_digest is not 16 hex digits", part.state);
+    }
+    return part;
+  };
+  RecordedPart main = part_of(object);
+  record.state = std::move(main.state);
+  record.state_digest = std::move(main.digest);
+  element parts;
+  if (!object["parts"].get(parts)) {
+    simdjson::dom::array part_array;
+    if (parts.get_array().get(part_array)) corrupt(path, "checkpoint.json's parts is not an array");
+    std::set<std::string> names{record.state};
+    for (element item : part_array) {
+      simdjson::dom::object part_object;
+      if (item.get_object().get(part_object)) corrupt(path, "checkpoint.json has a part that is not an object");
+      RecordedPart part = part_of(part_object);
+      if (!names.insert(part.state).second) corrupt(path, "checkpoint.json names a part twice", part.state);
+      record.parts.push_back(std::move(part));
+    }
   }
   simdjson::dom::array files;
   if (object["files"].get_array().get(files)) corrupt(path, "checkpoint.json lacks a files array");

@@ -29,6 +29,14 @@ struct RecordedFile {
   std::string xxh3;  // 16 lower-case hex digits of the whole file's xxh3-64
 };
 
+// A further part of a state saved in parts (Manager::save with StateParts:
+// per-module files): its name in the step directory and its digest.
+struct RecordedPart {
+  std::string state;   // "encoder.safetensors", as StepRecord::state
+  std::string digest;  // as StepRecord::state_digest ("" without dedup)
+  bool operator==(const RecordedPart&) const = default;
+};
+
 struct StepRecord {
   int64_t step = 0;
   std::optional<int64_t> epoch;
@@ -39,7 +47,10 @@ struct StepRecord {
   // A digest of the whole state tree (structure, leaves, every tensor's
   // xxh3): equal digests mean the same state byte for byte (dedup).
   std::string state_digest;
-  std::vector<RecordedFile> files;  // every file of the state, sorted by path
+  // The state's other parts when it was saved in parts ("parts" in the JSON,
+  // absent otherwise); the state is the union of `state` and these.
+  std::vector<RecordedPart> parts;
+  std::vector<RecordedFile> files;  // every file of the state (all parts), sorted by path
 };
 
 // The record as JSON text.
@@ -49,7 +60,8 @@ std::string step_record_json(const StepRecord& record);
 // field for anything but a record of this version or older: not JSON, a
 // field missing or of the wrong type, a negative step or size, a state or
 // file path that is absolute, empty, holds "." / ".." components or a NUL,
-// a checksum that is not 16 hex digits, two files with one path.
+// a checksum that is not 16 hex digits, two files with one path, a part
+// that is not a plain name or that repeats another part's name.
 StepRecord parse_step_record(std::string_view json, const std::filesystem::path& path);
 
 // Reads and parses `step_dir`/checkpoint.json. Throws Error{kNotFound} if it

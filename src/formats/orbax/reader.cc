@@ -16,6 +16,7 @@
 #include "formats/orbax/ocdbt_reader.h"
 #include "formats/orbax/zarr.h"
 #include "formats/tree_json.h"
+#include "io/file_system.h"
 #include "io/mapped_file.h"
 #include "io/stable_directory.h"
 
@@ -23,11 +24,6 @@ namespace ckpt::orbax_detail {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool is_file(const fs::path& path) {
-  std::error_code error;
-  return fs::is_regular_file(path, error);
-}
 
 std::string read_text(const fs::path& path) {
   const auto file = detail::MappedFile::open(path);
@@ -71,7 +67,7 @@ class ItemReader {
 
  private:
   void open_store() {
-    if (is_file(dir_ / kOcdbtManifestFile)) {
+    if (detail::regular_file_exists(dir_ / kOcdbtManifestFile)) {
       store_ = OcdbtStore::open(dir_);
       return;
     }
@@ -80,7 +76,7 @@ class ItemReader {
     std::error_code error;
     for (const auto& child : fs::directory_iterator(dir_, error)) {
       const bool process_database = child.path().filename().string().starts_with(kOcdbtProcessPrefix);
-      if (process_database && is_file(child.path() / kOcdbtManifestFile)) {
+      if (process_database && detail::regular_file_exists(child.path() / kOcdbtManifestFile)) {
         process_dirs.push_back(child.path());
       }
     }
@@ -222,13 +218,13 @@ class ItemReader {
     }
     const fs::path array_dir = dir_ / name;
     const fs::path zarray = array_dir / kZarrayFile;
-    if (!is_file(zarray)) {
+    if (!detail::regular_file_exists(zarray)) {
       throw Error(ErrorCode::kCorrupt, "the array has no .zarray file", {.path = zarray, .entry = name});
     }
     const ZarrArray parsed = parse_zarray(read_text(zarray), {.path = zarray, .entry = name});
     return read_zarr_array(parsed, [&](const std::string& key) -> std::optional<Buffer> {
       const fs::path chunk = array_dir / key;
-      if (!is_file(chunk)) return std::nullopt;
+      if (!detail::regular_file_exists(chunk)) return std::nullopt;
       const auto file = detail::MappedFile::open(chunk);
       return file->slice(0, file->size());
     }, {.path = array_dir, .entry = name}, zarr_);
@@ -247,12 +243,12 @@ class ItemReader {
 std::vector<std::string> step_items(const fs::path& step) {
   std::vector<std::string> names;
   for (const std::string& name : item_names(read_text(step / kCheckpointMetadataFile))) {
-    if (is_file(step / name / kTreeMetadataFile)) names.push_back(name);
+    if (detail::regular_file_exists(step / name / kTreeMetadataFile)) names.push_back(name);
   }
   if (!names.empty()) return names;
   std::error_code error;
   for (const auto& child : fs::directory_iterator(step, error)) {
-    if (is_file(child.path() / kTreeMetadataFile)) names.push_back(child.path().filename().string());
+    if (detail::regular_file_exists(child.path() / kTreeMetadataFile)) names.push_back(child.path().filename().string());
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -280,11 +276,11 @@ Contents read_checkpoint_once(const fs::path& path, const LoadOptions& options) 
   Contents contents;
   contents.format = "orbax";
   const fs::path checkpoint_metadata = path / kCheckpointMetadataFile;
-  const bool item = is_file(path / kTreeMetadataFile);
+  const bool item = detail::regular_file_exists(path / kTreeMetadataFile);
   // ckpt's record: in an item directory that ckpt wrote (both files side by side).
   simdjson::dom::parser parser;
   std::optional<Record> record;
-  if (is_file(checkpoint_metadata)) {
+  if (detail::regular_file_exists(checkpoint_metadata)) {
     const std::string text = read_text(checkpoint_metadata);
     simdjson::dom::element root;
     if (item && !parser.parse(text).get(root)) record = find_record(root, {.path = checkpoint_metadata});

@@ -15,6 +15,7 @@
 #include "formats/tf/layout.h"
 #include "formats/tf/tensor_bundle.pb.h"
 #include "io/atomic_file.h"
+#include "io/file_system.h"
 
 namespace ckpt::tf_detail {
 
@@ -23,14 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool is_file(const fs::path& path) {
-  std::error_code error;
-  return fs::is_regular_file(path, error);
-}
-
 // True if `index` is a file (that ends with the table magic, if required).
 bool looks_like_index(const fs::path& index, const FindPrefixOptions& options) {
-  if (!is_file(index)) return false;
+  if (!detail::regular_file_exists(index)) return false;
   if (!options.require_magic) return true;
   std::ifstream in(index, std::ios::binary);
   if (!in.seekg(-static_cast<std::streamoff>(kTableFooterSize), std::ios::end)) return false;
@@ -108,7 +104,7 @@ std::optional<fs::path> find_prefix(const fs::path& path, const FindPrefixOption
     std::error_code error;
     if (fs::is_directory(path, error)) {
       const fs::path state_file = path / kStateFileName;
-      if (is_file(state_file)) {
+      if (detail::regular_file_exists(state_file)) {
         const auto state = read_state(state_file, OnFailure::kNullopt);
         if (!state || state->model_checkpoint_path().empty()) return std::nullopt;
         const fs::path prefix = latest_in(path, *state);
@@ -134,7 +130,7 @@ fs::path resolve_prefix(const fs::path& path) {
   std::error_code error;
   if (fs::is_directory(path, error)) {
     const fs::path state_file = path / kStateFileName;
-    if (!is_file(state_file)) {
+    if (!detail::regular_file_exists(state_file)) {
       throw Error(ErrorCode::kNotFound, "directory holds no 'checkpoint' state file", {.path = path});
     }
     const CheckpointState state = *read_state(state_file, OnFailure::kThrow);
@@ -199,7 +195,7 @@ void update_state_file(const fs::path& prefix, const StateFileOptions& options) 
   if (options.policy == StateFilePolicy::kLeave) return;
   const fs::path directory = prefix.has_parent_path() ? prefix.parent_path() : fs::path(".");
   const fs::path state_file = directory / kStateFileName;
-  const bool present = is_file(state_file);
+  const bool present = detail::regular_file_exists(state_file);
   if (!present && options.policy == StateFilePolicy::kIfPresent) return;
   const CheckpointState state = present ? *read_state(state_file, OnFailure::kThrow) : CheckpointState();
   const std::string name = prefix.filename().string();
