@@ -48,7 +48,6 @@ from ._gc import no_gc as _no_gc
 from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, UnsupportedError
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 from ._manager import Manager, average, detect, list_run_directory, ls, prune
-from ._modules import Preload, PreloadReport, apply_preloads, merge_module_files, split_by_module
 
 KeepLast = _ckpt.KeepLast
 KeepBest = _ckpt.KeepBest
@@ -65,7 +64,6 @@ __all__ = [
     "restore", "RestoreReport", "field", "KEEP", "TensorSpec", "detect",
     "Manager", "CheckpointEntry", "RunListing", "list_run_directory", "ls", "prune", "average",
     "KeepLast", "KeepBest", "KeepEverySteps", "KeepEverySeconds", "KeepSteps", "ReturnnPolicy", "CustomPolicy",
-    "split_by_module", "merge_module_files", "Preload", "PreloadReport", "apply_preloads",
     "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
 ]
 __version__ = _ckpt.__version__

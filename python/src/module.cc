@@ -28,7 +28,6 @@
 #include "ckpt/memory.h"
 #include "ckpt/checksum.h"
 #include "manager_bindings.h"
-#include "modules_bindings.h"
 #include "restore_bindings.h"
 #include "safetensors_bindings.h"
 #include "values.h"
@@ -398,7 +397,6 @@ PYBIND11_MODULE(_ckpt, m) {
   bind_restore(m);
   bind_safetensors(m);
   bind_manager(m);
-  bind_modules(m);
 
 #ifdef CKPT_VERSION
   m.attr("__version__") = CKPT_VERSION;
