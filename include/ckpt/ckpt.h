@@ -9,6 +9,8 @@
 #include "ckpt/dtype.h"
 #include "ckpt/error.h"
 #include "ckpt/format.h"
+#include "ckpt/modules.h"
+#include "ckpt/preload.h"
 #include "ckpt/registry.h"
 #include "ckpt/restore.h"
 #include "ckpt/tensor.h"

@@ -47,7 +47,7 @@ const std::map<std::string, Layer>& public_headers() {
       {"document.h", kCheckpoint},  {"memory.h", kCheckpoint}, {"transform.h", kCheckpoint},
       {"restore.h", kUpper},        {"ckpt.h", kUpper},        {"cli.h", kPublicTop},
       {"run_directory.h", kUpper},  {"manager.h", kUpper},     {"average.h", kUpper},
-      {"retention.h", kUpper},
+      {"retention.h", kUpper},      {"modules.h", kUpper},     {"preload.h", kUpper},
   };
   return headers;
 }
