@@ -180,7 +180,7 @@ TEST(ModuleWeightNorm, UnfoldNamings) {
   EXPECT_FLOAT_EQ(floats_of(rc.at("lin.weight_normalized.g"))[0], static_cast<float>(std::sqrt(25 + 1e-6)));
   // Nested: one map per part.
   const Tree nested = unfold_weight_norm(tree, 0, {.names = WeightNormNames::kReturnnCommon, .nested = true});
-  EXPECT_NE(nested.find_key_path({"lin.weight_normalized", "g"}), nullptr);
+  EXPECT_NE(nested.find_key_path({"lin", "weight_normalized", "g"}), nullptr);
 }
 
 TEST(ModuleWeightNorm, UnfoldSelection) {
@@ -344,9 +344,12 @@ TEST(ModuleWeightNorm, FormulaEqualsFold) {
       const Formula formula = weight_norm_formula(parameter);
       EXPECT_EQ(formula.parameters(), (std::vector<std::string>{parameter.v_name, parameter.g_name}));
       const Tensor evaluated = cast(evaluate(formula, scaled), DType::kFloat32);
-      const Tensor& folded = fold_weight_norm(scaled).at("conv.weight").tensor();
+      const Tree folded_tree = fold_weight_norm(scaled);
+      const Tensor& folded = folded_tree.at("conv.weight").tensor();
       EXPECT_TRUE(evaluated.equals(folded)) << weight_norm_names_id(names) << " dim " << dim << ": "
-                                            << formula.text();
+                                            << formula.text() << " " << shape_text(evaluated.shape()) << " vs "
+                                            << shape_text(folded.shape()) << " " << floats_of(Tree(evaluated))[0]
+                                            << " vs " << floats_of(Tree(folded))[0];
     }
   }
 }
