@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,12 @@ struct ConvertOptions {
   // this is true, and then they are left behind and listed in
   // ConvertReport::dropped.
   bool drop_unsupported = false;
+  // Applied to the tree after `rename`, before anything is written: the
+  // tree to write instead (its tensors still map the source; reading them
+  // reads it). Null: none. What it throws names `src` where it names no
+  // file. `ckpt convert --fold-weight-norm` passes fold_weight_norm
+  // (weight_norm.h) here.
+  std::function<Tree(const Tree&)> rewrite;
 };
 
 struct ConvertReport {

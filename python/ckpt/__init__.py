@@ -48,6 +48,7 @@ from ._gc import no_gc as _no_gc
 from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, UnsupportedError
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 from ._manager import Manager, average, detect, list_run_directory, ls, prune
+from ._weight_norm import convert_weight_norm_names, find_weight_norms, fold_weight_norm, unfold_weight_norm
 
 KeepLast = _ckpt.KeepLast
 KeepBest = _ckpt.KeepBest
@@ -65,6 +66,7 @@ __all__ = [
     "Manager", "CheckpointEntry", "RunListing", "list_run_directory", "ls", "prune", "average",
     "KeepLast", "KeepBest", "KeepEverySteps", "KeepEverySeconds", "KeepSteps", "ReturnnPolicy", "CustomPolicy",
     "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
+    "fold_weight_norm", "unfold_weight_norm", "convert_weight_norm_names", "find_weight_norms",
 ]
 __version__ = _ckpt.__version__
 

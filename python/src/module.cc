@@ -31,6 +31,7 @@
 #include "restore_bindings.h"
 #include "safetensors_bindings.h"
 #include "values.h"
+#include "weight_norm_bindings.h"
 
 namespace py = pybind11;
 
@@ -397,6 +398,7 @@ PYBIND11_MODULE(_ckpt, m) {
   bind_restore(m);
   bind_safetensors(m);
   bind_manager(m);
+  bind_weight_norm(m);
 
 #ifdef CKPT_VERSION
   m.attr("__version__") = CKPT_VERSION;

@@ -77,7 +77,10 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
       return options.rename.apply(contents.tree);
     });
   }
-  const Tree& tree = options.rename.empty() ? contents.tree : transformed;
+  const Tree& renamed = options.rename.empty() ? contents.tree : transformed;
+  Tree rewritten;
+  if (options.rewrite) rewritten = naming_file(src, [&] { return options.rewrite(renamed); });
+  const Tree& tree = options.rewrite ? rewritten : renamed;
   if (save.metadata.empty() && format.capabilities().metadata) save.metadata = contents.metadata;
 
   // The target's writer knows what it holds (a TF bundle without extras

@@ -1,12 +1,16 @@
 // ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported]
 //              [--max-shard-size SIZE] [--rename OLD=NEW] [--rename-regex PATTERN=REPLACEMENT]
-//              [--rename-table FILE] [--drop GLOB] [--add-prefix P] [--strip-prefix P]:
+//              [--rename-table FILE] [--drop GLOB] [--add-prefix P] [--strip-prefix P]
+//              [--fold-weight-norm | --unfold-weight-norm DIM] [--weight-norm-names old|new|returnn_common]:
 // rewrites a checkpoint in another format: ckpt::convert (ckpt/convert.h),
 // which says what goes along and what is refused. Here: the options as
 // ConvertOptions, and the summary. The naming options (ckpt::Transforms,
 // each repeatable) apply in the order they appear on the command line.
 // --max-shard-size splits a target written in data shards (the shards
-// capability: tf) into shards of at most SIZE bytes each.
+// capability: tf) into shards of at most SIZE bytes each. The weight-norm
+// options rewrite the tree after the naming options (ckpt/weight_norm.h):
+// fold g, v into w; split w into g, v (in the naming --weight-norm-names
+// gives, "new" by default); or, alone, rename g and v to that naming.
 
 #include <simdjson.h>
 
@@ -18,6 +22,7 @@
 
 #include "ckpt/convert.h"
 #include "ckpt/transform.h"
+#include "ckpt/weight_norm.h"
 #include "commands.h"
 #include "output.h"
 
@@ -39,7 +44,68 @@ struct ConvertArguments {
   struct {
     CLI::Option *rename, *rename_regex, *rename_table, *drop, *add_prefix, *strip_prefix;
   } options{};
+  // The weight-norm options.
+  bool fold_weight_norm = false;
+  std::string unfold_weight_norm;  // DIM: an integer, or "none"
+  CLI::Option* unfold_weight_norm_option = nullptr;
+  std::string weight_norm_names;
+  CLI::Option* weight_norm_names_option = nullptr;
 };
+
+// --unfold-weight-norm's DIM: an integer as torch takes it (-1 and "none":
+// one norm over the whole weight). Throws Error{kInvalidArgument} otherwise.
+int64_t unfold_dim(const std::string& value) {
+  if (value == "none" || value == "None") return kWeightNormAllDims;
+  size_t used = 0;
+  int64_t dim = 0;
+  try {
+    dim = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "--unfold-weight-norm expects DIM, an integer or 'none', got '" + value + "'");
+  }
+  return dim;
+}
+
+// The rewrite the weight-norm options ask for (null: none), and what its
+// summary says; `count` receives the number of parameters rewritten.
+std::function<Tree(const Tree&)> weight_norm_rewrite(const ConvertArguments& arguments,
+                                                     std::shared_ptr<size_t> count) {
+  const bool unfold = arguments.unfold_weight_norm_option->count() > 0;
+  const bool rename = arguments.weight_norm_names_option->count() > 0;
+  if (arguments.fold_weight_norm && unfold) {
+    throw Error(ErrorCode::kInvalidArgument, "--fold-weight-norm and --unfold-weight-norm exclude each other");
+  }
+  // Parsed before SRC is read, so that a bad value is a usage error.
+  const WeightNormNames names =
+      rename ? weight_norm_names_from_id(arguments.weight_norm_names) : WeightNormNames::kTorchNew;
+  if (arguments.fold_weight_norm) {
+    return [count](const Tree& tree) {
+      *count = find_weight_norms(tree).size();
+      return fold_weight_norm(tree);
+    };
+  }
+  if (unfold) {
+    const int64_t dim = unfold_dim(arguments.unfold_weight_norm);
+    return [count, dim, names](const Tree& tree) {
+      const UnfoldWeightNormOptions options{.names = names};
+      *count = weight_norm_targets(tree, options).size();
+      return unfold_weight_norm(tree, dim, options);
+    };
+  }
+  if (rename) {
+    return [count, names](const Tree& tree) {
+      size_t renamed = 0;
+      for (const WeightNormParameter& parameter : find_weight_norms(tree)) renamed += parameter.names != names;
+      *count = renamed;
+      return convert_weight_norm_names(tree, std::nullopt, names);
+    };
+  }
+  return nullptr;
+}
 
 // A --rename-table FILE: a JSON object of old name -> new name.
 std::map<std::string, std::string> read_rename_table(const std::string& path) {
@@ -132,6 +198,8 @@ int run_convert(const ConvertArguments& arguments) {
   options.save.max_shard_bytes = arguments.max_shard_size;
   options.rename = naming_transforms(arguments);
   options.drop_unsupported = arguments.drop_unsupported;
+  const auto rewritten = std::make_shared<size_t>(0);
+  options.rewrite = weight_norm_rewrite(arguments, rewritten);
   const ConvertReport report = convert(arguments.source, arguments.destination, options);
 
   std::cout << "converted " << arguments.source << " (" << report.source_format << ") -> "
@@ -140,6 +208,12 @@ int run_convert(const ConvertArguments& arguments) {
   if (!options.rename.empty()) {
     auto leaves = [](size_t count) { return std::to_string(count) + (count == 1 ? " leaf" : " leaves"); };
     std::cout << "; renamed " << leaves(report.renamed) << ", dropped " << leaves(report.removed);
+  }
+  if (options.rewrite) {
+    const char* done = arguments.fold_weight_norm ? "folded"
+                       : arguments.unfold_weight_norm_option->count() > 0 ? "unfolded"
+                                                                           : "renamed";
+    std::cout << "; " << done << " weight norm of " << count_text(*rewritten, "parameter");
   }
   std::cout << '\n';
   if (!report.dropped.empty()) {
@@ -200,10 +274,26 @@ Command add_convert_command(CLI::App& app) {
   arguments->options.add_prefix = naming("--add-prefix", "P", arguments->add_prefix, "Put 'P.' before every name");
   arguments->options.strip_prefix =
       naming("--strip-prefix", "P", arguments->strip_prefix, "Remove 'P.' where a name starts with it");
+  command->add_flag("--fold-weight-norm", arguments->fold_weight_norm,
+                    "Fold every weight-normed parameter's g and v into its weight w = g * v / ||v|| "
+                    "(torch's old and new names, returnn_common's)");
+  arguments->unfold_weight_norm_option =
+      command->add_option("--unfold-weight-norm", arguments->unfold_weight_norm,
+                          "Split every floating-point '*.weight' of ndim >= 2 into g = ||w|| over all dims but "
+                          "DIM and v = w (DIM as torch takes it: -1 or 'none' is one norm over all of w)")
+          ->type_name("DIM")
+          ->allow_extra_args(false);
+  arguments->weight_norm_names_option =
+      command->add_option("--weight-norm-names", arguments->weight_norm_names,
+                          "The naming of weight norm's g and v to write: old (weight_g/weight_v), new "
+                          "(parametrizations.weight.original0/1; the default), returnn_common "
+                          "(weight_normalized.g/v); alone, renames them")
+          ->type_name("old|new|returnn_common");
   return {command, [arguments] { return run_convert(*arguments); },
           "ckpt convert SRC DST [--to FORMAT] [--no-extras] [--drop-unsupported] [--max-shard-size SIZE]\n"
           "         [--rename OLD=NEW] [--rename-regex PATTERN=REPLACEMENT] [--rename-table FILE]\n"
-          "         [--drop GLOB] [--add-prefix P] [--strip-prefix P]"};
+          "         [--drop GLOB] [--add-prefix P] [--strip-prefix P]\n"
+          "         [--fold-weight-norm | --unfold-weight-norm DIM] [--weight-norm-names old|new|returnn_common]"};
 }
 
 }  // namespace ckpt::tool
