@@ -233,9 +233,11 @@ def test_cli_names_alone_and_usage_errors(tmp_path):
     loaded = torch.load(tmp_path / "new.pt", weights_only=True)
     assert "parametrizations.weight.original0" in loaded
     target.load_state_dict(loaded, strict=True)
+    torch.save(nn.Linear(3, 2).state_dict(), tmp_path / "plain.pt")
     for args in (["--fold-weight-norm", "--unfold-weight-norm", "0"], ["--unfold-weight-norm", "x"],
                  ["--weight-norm-names", "newest"], ["--unfold-weight-norm", "3"]):
-        result = run_cli("convert", *args, tmp_path / "old.pt", tmp_path / "out.pt")
+        # a plain weight, so that the dim out of range meets one
+        result = run_cli("convert", *args, tmp_path / "plain.pt", tmp_path / "out.pt")
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.count("\n") == 1 and result.stderr.startswith("ckpt: "), result.stderr
         assert not (tmp_path / "out.pt").exists()
