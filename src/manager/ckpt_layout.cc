@@ -3,6 +3,7 @@
 // (run_config.h). A step directory without checkpoint.json, a temporary and
 // every other name are not checkpoints and are ignored.
 #include <algorithm>
+#include <optional>
 #include <system_error>
 
 #include "ckpt/error.h"
@@ -26,7 +27,16 @@ std::optional<RunListing> list_ckpt_run(const std::filesystem::path& run_dir) {
     // A symbolic link is not a directory the manager committed.
     if (!fs::is_directory(fs::symlink_status(item.path(), status_error))) continue;
     if (!fs::exists(fs::symlink_status(item.path() / kStepRecordName, status_error))) continue;
-    const StepRecord record = read_step_record(item.path());
+    std::optional<StepRecord> read;
+    try {
+      read = read_step_record(item.path());
+    } catch (const Error& error) {
+      // Pruned since the directory was listed (a pruned step is renamed
+      // away whole): not a checkpoint any more.
+      if (error.code() == ErrorCode::kNotFound) continue;
+      throw;
+    }
+    const StepRecord& record = *read;
     CheckpointEntry entry;
     entry.step = record.step;
     entry.epoch = record.epoch;
