@@ -123,4 +123,13 @@ bool append_utf8(std::string& out, uint32_t code_point) {
   return true;
 }
 
+std::string comma_separated(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& name : names) {
+    if (!text.empty()) text += ", ";
+    text += name;
+  }
+  return text;
+}
+
 }  // namespace ckpt::detail

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "ckpt/error.h"
@@ -51,6 +52,10 @@ std::string quoted(std::string_view text, QuoteOptions options = {});
 // `value` in lower-case hex, zero-padded to `width` digits (more digits
 // when the value needs them): hex_digits(0xbeef, 8) == "0000beef".
 std::string hex_digits(uint64_t value, size_t width);
+
+// `names` joined with ", " ("a, b, c"; "" for none): the lists in messages
+// and reports.
+std::string comma_separated(const std::vector<std::string>& names);
 
 // Appends the UTF-8 encoding of `code_point` (at most U+10FFFF; the
 // surrogates U+D800..U+DFFF encode as their three-byte forms, which

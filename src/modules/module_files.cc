@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "ckpt/transform.h"
 
 namespace ckpt {
@@ -219,15 +220,6 @@ class Merger {
   std::unordered_map<std::string, std::string> owners_;
 };
 
-std::string join_names_list(const std::vector<std::string>& names) {
-  std::string text;
-  for (const std::string& name : names) {
-    if (!text.empty()) text += ", ";
-    text += name;
-  }
-  return text;
-}
-
 }  // namespace
 
 std::string module_file_of(std::string_view name, const ModuleFileOptions& options) {
@@ -284,7 +276,7 @@ std::string ModuleFilesReport::summary() const {
     std::vector<std::string> lines(details.begin() + line, details.begin() + line + names.size());
     line += names.size();
     text += separator;
-    text += std::string(title) + " (" + std::to_string(names.size()) + "): " + join_names_list(lines);
+    text += std::string(title) + " (" + std::to_string(names.size()) + "): " + detail::comma_separated(lines);
     separator = "; ";
   };
   group("in two files", in_two_files);

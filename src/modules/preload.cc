@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
+#include "core/text.h"
 #include "ckpt/run_directory.h"
 
 namespace ckpt {
@@ -49,15 +50,6 @@ bool same_form(const Tree& source, const Tree& target) {
   if (source.kind() != target.kind()) return false;
   if (!source.is_tensor()) return true;
   return source.tensor().dtype() == target.tensor().dtype() && source.tensor().shape() == target.tensor().shape();
-}
-
-std::string listed(const std::vector<std::string>& names) {
-  std::string text;
-  for (const std::string& name : names) {
-    if (!text.empty()) text += ", ";
-    text += name;
-  }
-  return text;
 }
 
 // What a spec writes: target name -> source name, and the target names in
@@ -142,7 +134,7 @@ class PreloadApplier {
     if (!result.missing.empty() && !spec.ignore_missing) {
       throw Error(ErrorCode::kNotFound,
                   context_ + ": target parameters missing in the source (" + std::to_string(result.missing.size()) +
-                      "): " + listed(result.missing) + " (ignore_missing lets them pass)",
+                      "): " + detail::comma_separated(result.missing) + " (ignore_missing lets them pass)",
                   {.path = source.path, .entry = result.missing.front()});
     }
     if (result.set.empty()) {
@@ -175,7 +167,7 @@ class PreloadApplier {
       for (const TreeEntry& entry : source.state.entries()) keys.push_back(key_to_string(entry.key));
       throw Error(ErrorCode::kNotFound,
                   context_ + ": checkpoint_key '" + *spec.checkpoint_key + "' is not in the source (its keys: " +
-                      listed(keys) + ")",
+                      detail::comma_separated(keys) + ")",
                   {.path = source.path, .entry = *spec.checkpoint_key});
     }
     if (!found->is_container()) {

@@ -10,23 +10,14 @@
 #include <vector>
 
 #include "ckpt/error.h"
+#include "support/error_of.h"
 
 namespace ckpt {
 namespace {
 
 Tensor tensor(float value) { return Tensor::from_values<float>(DType::kFloat32, {1}, std::vector<float>{value}); }
 
-// The error code and message of `body`, which must throw ckpt::Error.
-template <class Body>
-Error error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "no ckpt::Error thrown";
-  return Error(ErrorCode::kIo, "none");
-}
+using ckpt::testing::error_of;
 
 std::vector<std::string> keys_of(const Tree& tree) {
   std::vector<std::string> keys;

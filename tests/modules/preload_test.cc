@@ -14,6 +14,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "support/temp_dir.h"
+#include "support/error_of.h"
 
 namespace ckpt {
 namespace {
@@ -61,15 +62,7 @@ PreloadReport apply_one(const PreloadSpec& spec, const std::map<std::string, Tre
   return apply_preloads(target(), {&spec, 1}, from_memory(sources, stage));
 }
 
-Error error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "no error";
-  return Error(ErrorCode::kIo, "none");
-}
+using ckpt::testing::error_of;
 
 TEST(Preload, WhenItApplies) {
   // Hand-written table: RETURNN's init_for_train False / True / "always".

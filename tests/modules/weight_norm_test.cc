@@ -15,6 +15,7 @@
 
 #include "ckpt/cast.h"
 #include "ckpt/error.h"
+#include "support/error_of.h"
 
 namespace ckpt {
 namespace {
@@ -29,16 +30,7 @@ std::vector<float> floats_of(const Tree& leaf) {
   return {values.begin(), values.end()};
 }
 
-template <class Body>
-Error error_of(Body&& body) {
-  try {
-    body();
-  } catch (const Error& error) {
-    return error;
-  }
-  ADD_FAILURE() << "no ckpt::Error thrown";
-  return Error(ErrorCode::kIo, "none");
-}
+using ckpt::testing::error_of;
 
 std::vector<std::string> names_of(const Tree& tree) {
   std::vector<std::string> names;
