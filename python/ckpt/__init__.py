@@ -49,6 +49,8 @@ from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, Uns
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 from ._manager import Manager, average, detect, list_run_directory, ls, prune
 from ._weight_norm import convert_weight_norm_names, find_weight_norms, fold_weight_norm, unfold_weight_norm
+from ._modules import (ModuleFilesReport, Preload, PreloadReport, PreloadResult, apply_preloads, merge_module_files,
+                       module_file_of, split_by_module)
 
 KeepLast = _ckpt.KeepLast
 KeepBest = _ckpt.KeepBest
@@ -67,6 +69,8 @@ __all__ = [
     "KeepLast", "KeepBest", "KeepEverySteps", "KeepEverySeconds", "KeepSteps", "ReturnnPolicy", "CustomPolicy",
     "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
     "fold_weight_norm", "unfold_weight_norm", "convert_weight_norm_names", "find_weight_norms",
+    "split_by_module", "merge_module_files", "module_file_of", "ModuleFilesReport",
+    "Preload", "PreloadResult", "PreloadReport", "apply_preloads",
 ]
 __version__ = _ckpt.__version__
 
