@@ -49,6 +49,19 @@ from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, Uns
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 from ._manager import Manager, average, detect, list_run_directory, ls, prune
 from ._weight_norm import convert_weight_norm_names, find_weight_norms, fold_weight_norm, unfold_weight_norm
+from ._formula import formula_function
+
+_TORCH_ONLY = ("weight_norm", "reparametrize", "reparametrizations", "Reparametrization")  # from _reparam
+
+
+def __getattr__(name: str) -> Any:
+    """The names that need torch (eager re-parameterization, ``_reparam``),
+    imported when first used: ``import ckpt`` does not import torch."""
+    if name in _TORCH_ONLY:
+        from . import _reparam
+        return getattr(_reparam, name)
+    raise AttributeError(f"module 'ckpt' has no attribute {name!r}")
+
 
 KeepLast = _ckpt.KeepLast
 KeepBest = _ckpt.KeepBest
@@ -67,6 +80,7 @@ __all__ = [
     "KeepLast", "KeepBest", "KeepEverySteps", "KeepEverySeconds", "KeepSteps", "ReturnnPolicy", "CustomPolicy",
     "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
     "fold_weight_norm", "unfold_weight_norm", "convert_weight_norm_names", "find_weight_norms",
+    "formula_function", "weight_norm", "reparametrize", "reparametrizations", "Reparametrization",
 ]
 __version__ = _ckpt.__version__
 
