@@ -75,7 +75,8 @@ class Reparametrization:
         """The derived tensor: the cached one while it is valid, else
         ``fn(**raw)``, computed now and cached."""
         raw = self.raw(module)
-        keys = tuple((tensor, tensor._version, tensor.data_ptr(), tensor.dtype, tensor.device) for tensor in raw.values())
+        keys = tuple((tensor, tensor._version, tensor.data_ptr(), tensor.dtype, tensor.device)
+                     for tensor in raw.values())
         grad_wanted = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in raw.values())
         cache = self._cache
         if cache is not None:
@@ -129,7 +130,10 @@ def _invalidating_hook(entry: "weakref.ref[Reparametrization]", generation: int)
 
 def _property(name: str) -> property:
     def get(self: nn.Module) -> torch.Tensor:
-        return self.__dict__[_REPARAMETRIZATIONS][name].value(self)
+        try:
+            return self.__dict__[_REPARAMETRIZATIONS][name].value(self)
+        except AttributeError as error:  # raised from a property, it would turn into "no attribute 'weight'"
+            raise RuntimeError(f"reading {name!r}: {error}") from error
 
     def assign(self: nn.Module, value: torch.Tensor) -> None:
         self.__dict__[_REPARAMETRIZATIONS][name].assign(self, value)
@@ -219,7 +223,7 @@ def reparametrize(module: nn.Module, name: str, fn: Callable[..., torch.Tensor],
             owner = module.get_submodule(owner_path)
         except AttributeError:
             continue
-        if hasattr(owner, attribute) and not (owner is module and attribute == name):
+        if hasattr(owner, attribute):  # the derived name itself too: its property would read itself
             raise ValueError(f"reparametrize {name!r}: the raw name {path!r} is taken already")
 
     module._parameters.pop(name, None)

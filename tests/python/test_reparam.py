@@ -262,6 +262,8 @@ def test_reparametrize_refusals():
         ckpt.reparametrize(module, "weight", lambda a: a, {"a": torch.ones(1)})
     with pytest.raises(ValueError, match="taken already"):
         ckpt.reparametrize(nn.Linear(3, 2), "weight", lambda bias: bias, {"bias": torch.ones(2)}, prefix="")
+    with pytest.raises(ValueError, match="taken already"):
+        ckpt.reparametrize(nn.Linear(3, 2), "weight", lambda weight: weight, {"weight": torch.ones(2)}, prefix="")
     with pytest.raises(TypeError, match="not a tensor"):
         ckpt.reparametrize(nn.Linear(3, 2), "weight", lambda a: a, {"a": [1.0]})
     with pytest.raises(ValueError, match="no raw tensors"):
@@ -274,6 +276,10 @@ def test_reparametrize_refusals():
         ckpt.weight_norm(nn.Linear(3, 2), name="scale")
     with pytest.raises(ValueError, match="parametrize"):
         ckpt.weight_norm(new_weight_norm(nn.Linear(3, 2), 0), name="bias")
+    gone = ckpt.weight_norm(nn.Linear(3, 2))
+    del gone.parametrizations.weight.original0
+    with pytest.raises(RuntimeError, match="reading 'weight'.*original0"):
+        gone.weight
     bad = ckpt.reparametrize(nn.Linear(3, 2), "weight", lambda a: "no tensor", {"a": torch.ones(1)})
     with pytest.raises(TypeError, match="not a tensor"):
         bad.weight
