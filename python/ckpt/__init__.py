@@ -14,6 +14,7 @@ while they live.
     with ckpt.open("model.pt") as f:
         w = f.get("encoder.layers.0.weight")
     report = ckpt.restore(model, "old.pt", strict=False)   # fills the model, reports the rest
+    ckpt.weight_norm(model.conv)   # eager weight norm: raw g, v stored; weight recomputed when they change
 """
 
 from __future__ import annotations

@@ -95,6 +95,11 @@ def test_other_naming_loads(dim):
     target_old = old_weight_norm(make(), dim)
     target_old.load_state_dict(ckpt.convert_weight_norm_names(ours_new.state_dict(), to="old"), strict=True)
     assert torch.equal(target_old(x), torch_old(x))
+    # returnn_common's names (1-d g) too; its w differs by its epsilon only.
+    rc = ckpt.convert_weight_norm_names(torch_new.state_dict(), to="returnn_common")
+    ours_rc = ckpt.weight_norm(make(), dim=dim)
+    ours_rc.load_state_dict(rc, strict=True)
+    torch.testing.assert_close(ours_rc(x), torch_new(x), rtol=1e-5, atol=1e-6)
 
 
 class LinearWithSum(nn.Linear):
