@@ -75,8 +75,7 @@ class Reparametrization:
         """The derived tensor: the cached one while it is valid, else
         ``fn(**raw)``, computed now and cached."""
         raw = self.raw(module)
-        keys = tuple((tensor, tensor._version, tensor.data_ptr(), tensor.dtype, tensor.device)
-                     for tensor in raw.values())
+        keys = tuple(_raw_key(tensor) for tensor in raw.values())
         grad_wanted = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in raw.values())
         cache = self._cache
         if cache is not None:
@@ -115,6 +114,16 @@ class Reparametrization:
 
 def _version_of(tensor: torch.Tensor) -> Optional[int]:
     return None if tensor.is_inference() else tensor._version
+
+
+def _raw_key(tensor: torch.Tensor) -> Tuple[Any, ...]:
+    """What says that a raw tensor is unchanged: the object itself, its
+    version, data, dtype and device (``.data`` swaps keep the version)."""
+    try:
+        data = tensor.data_ptr()
+    except RuntimeError:  # no storage: torch.func's wrapped tensors (new objects on every call)
+        data = None
+    return (tensor, _version_of(tensor), data, tensor.dtype, tensor.device)
 
 
 def _invalidating_hook(entry: "weakref.ref[Reparametrization]", generation: int) -> Callable[[torch.Tensor], None]:

@@ -204,6 +204,21 @@ def test_sgd_training_is_bit_identical_to_torch(kind, names, dim):
     assert recomputes(ours) == len(batches)
 
 
+def test_functional_call_and_func_grad_equal_torch():
+    """torch.func swaps the raw parameters for its own tensors (other objects): recomputed, then back."""
+    ours, theirs, x = pair("linear", "new", 0, seed=8)
+    own = ours(x).detach()
+    params = {k: 2 * p.detach() for k, p in ours.named_parameters()}
+    assert torch.equal(torch.func.functional_call(ours, params, (x,)), torch.func.functional_call(theirs, params, (x,)))
+    assert torch.equal(ours(x), own)
+
+    def grads(module):
+        return torch.func.grad(lambda p: torch.func.functional_call(module, p, (x,)).square().sum())(params)
+    ours_grads, torch_grads = grads(ours), grads(theirs)
+    assert all(torch.equal(ours_grads[k], torch_grads[k]) for k in params)
+    assert torch.equal(ours(x), own)
+
+
 def test_assigning_the_weight_sets_g_and_v():
     module = ckpt.weight_norm(nn.Linear(3, 2), dim=0)
     w = torch.tensor([[3.0, 4.0, 0.0], [0.0, -1.0, 0.0]])
