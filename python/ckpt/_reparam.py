@@ -200,7 +200,8 @@ def reparametrize(module: nn.Module, name: str, fn: Callable[..., torch.Tensor],
     state_dict names, for graph backends (checked by formula_function).
     Returns ``module``.
 
-    Raises ValueError for a name that is already derived, a name taken by a
+    Raises ValueError for a name or raw name that is no identifier, a name
+    that is already derived, a name taken by a
     submodule or another non-tensor attribute, a raw name taken already,
     an empty ``raw``, a module parametrized by torch.nn.utils.parametrize;
     TypeError for a raw value that is no tensor or a non-callable ``fn``."""
@@ -219,7 +220,12 @@ def reparametrize(module: nn.Module, name: str, fn: Callable[..., torch.Tensor],
     if name in module._modules or (hasattr(module, name) and name not in module._parameters
                                    and name not in module._buffers):
         raise ValueError(f"reparametrize: {name!r} is taken by a submodule or a non-tensor attribute")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"reparametrize: name {name!r} is no attribute name")
     for argument, tensor in raw.items():
+        if not isinstance(argument, str) or not argument.isidentifier():
+            raise ValueError(f"reparametrize {name!r}: raw name {argument!r} is no argument name (no dots: "
+                             f"prefix= says where the raw tensors go)")
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"reparametrize {name!r}: raw {argument!r} is {type(tensor).__name__}, not a tensor")
     if formula is not None:

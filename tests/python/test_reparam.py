@@ -286,6 +286,8 @@ def test_reparametrize_refusals():
         ckpt.reparametrize(nn.Linear(3, 2), "weight", lambda weight: weight, {"weight": torch.ones(2)}, prefix="")
     with pytest.raises(TypeError, match="not a tensor"):
         ckpt.reparametrize(nn.Linear(3, 2), "weight", lambda a: a, {"a": [1.0]})
+    with pytest.raises(ValueError, match="no argument name"):
+        ckpt.reparametrize(nn.Linear(3, 2), "weight", lambda **raw: raw["a.b"], {"a.b": torch.ones(1)})
     with pytest.raises(ValueError, match="no raw tensors"):
         ckpt.reparametrize(nn.Linear(3, 2), "weight", lambda: None, {})
     with pytest.raises(ValueError, match="out of range"):
