@@ -2,8 +2,8 @@
 saves its epochs, TensorFlow's CheckpointManager, Flax's save_checkpoint,
 Orbax's CheckpointManager, Lightning's file names), listed by `ckpt ls
 --json`; every listed path must verify. RETURNN's learning_rates file both
-ways: a file in RETURNN's shape read by ckpt, and the file ckpt writes read
-back by Python's eval with a stand-in EpochData, as RETURNN's load() does.
+ways, with the real RETURNN: a file its LearningRateControl saved read by
+ckpt, and the file ckpt writes loaded by its LearningRateControl.
 `ckpt average` against a numpy mean. Tiny tensors throughout."""
 
 import json
@@ -33,55 +33,21 @@ def verify_all(run, listing):
 
 # ---- RETURNN's learning_rates file ----
 
-class EpochData:
-    """Stands in for RETURNN's LearningRateControl.EpochData when the file is
-    eval()ed: the keyword arguments RETURNN's file holds, and the type
-    checks its constructor makes (a float learning rate, a dict or float
-    error, ':meta:' entries split off)."""
-
-    def __init__(self, *, learningRate=None, error=None, meta=None):
-        if not isinstance(learningRate, float):
-            raise TypeError(f"learning rate {learningRate!r} is not a float")
-        self.learning_rate = learningRate
-        if isinstance(error, float):
-            error = {"old_format_score": error}
-        elif error is None:
-            error = {}
-        assert isinstance(error, dict)
-        self.meta = dict(meta or {})
-        self.meta.update({k[len(":meta:"):]: v for k, v in error.items() if k.startswith(":meta:")})
-        self.error = {k: v for k, v in error.items() if not k.startswith(":meta:")}
+def returnn_load(path):
+    """What RETURNN reads from a learning_rates file: its own
+    LearningRateControl (the constant-rate kind) loading it; epoch -> EpochData."""
+    from returnn.learning_rate_control import ConstantLearningRate
+    return ConstantLearningRate(default_learning_rate=1.0, filename=str(path)).epoch_data
 
 
-def returnn_eval(text):
-    """What RETURNN's LearningRateControl.load() does with the file."""
-    return eval(text, {"EpochData": EpochData, "nan": float("nan"), "inf": float("inf"), "np": np})
-
-
-def returnn_style_text(epochs):
-    """A learning_rates file in the shape RETURNN's save() gives it: the dict
-    sorted, an item list of 40 characters or more broken onto lines that each
-    end in a comma (this test's own rendering, from RETURNN's documented
-    better_repr)."""
-
-    def render(value):
-        if isinstance(value, dict):
-            items = [f"{render(k)}: {render(v)}" for k, v in sorted(value.items())]
-            if sum(len(item) for item in items) >= 40:
-                return "{\n" + "".join(item + ",\n" for item in items) + "}"
-            return "{" + ", ".join(items) + "}"
-        if isinstance(value, EpochRecord):
-            return f"EpochData(learningRate={render(value.rate)}, error={render(value.error)})"
-        if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-            return f"float('{value!r}')"
-        return repr(value)
-
-    return render(epochs) + "\n"
-
-
-class EpochRecord:
-    def __init__(self, rate, error):
-        self.rate, self.error = rate, error
+def returnn_save(path, epochs):
+    """A learning_rates file as RETURNN writes it: its own LearningRateControl
+    saving {epoch: (learning rate, error dict)}."""
+    from returnn.learning_rate_control import ConstantLearningRate
+    control = ConstantLearningRate(default_learning_rate=1.0, filename=str(path))
+    for epoch, (rate, error) in epochs.items():
+        control.epoch_data[epoch] = ConstantLearningRate.EpochData(learning_rate=rate, error=dict(error))
+    control.save()
 
 
 def test_returnn_torch_run_directory(run, tmp_path):
@@ -102,12 +68,12 @@ def test_returnn_torch_run_directory(run, tmp_path):
     (models / "epoch.001.opt.pt").unlink()
     (models / "epoch.004.pt.tmp_write").write_bytes(b"half a save")
     epochs = {
-        1: EpochRecord(1e-3, {"dev_score": 1.5, "dev_error": 0.5, "train_score": 2.25}),
-        2: EpochRecord(1e-3, {"dev_score": 1.25, ":meta:effective_learning_rate": 0.0009}),
-        3: EpochRecord(5e-4, {"dev_score": float("nan")}),
+        1: (1e-3, {"dev_score": 1.5, "dev_error": 0.5, "train_score": 2.25}),
+        2: (1e-3, {"dev_score": 1.25, ":meta:effective_learning_rate": 0.0009}),
+        3: (5e-4, {"dev_score": float("nan")}),
     }
-    # i6's ReturnnTrainingJob keeps learning_rates beside models/.
-    (tmp_path / "learning_rates").write_text(returnn_style_text(epochs))
+    # i6's ReturnnTrainingJob keeps learning_rates beside models/; RETURNN writes it.
+    returnn_save(tmp_path / "learning_rates", epochs)
 
     listing = ls_json(run, models)
     assert listing["layout"] == "returnn"
@@ -149,7 +115,7 @@ def test_returnn_tensorflow_and_jax_models(run, tmp_path):
     checkpointer.save(models / "epoch.003.orbax", {"w": np.ones((2, 3), np.float32)})
     checkpointer.wait_until_finished()
     (models / "epoch.004.orbax").mkdir()  # a save in progress: no _CHECKPOINT_METADATA yet
-    (tmp_path / "learning_rates").write_text(returnn_style_text({2: EpochRecord(0.01, {"dev_score": 0.5})}))
+    returnn_save(tmp_path / "learning_rates", {2: (0.01, {"dev_score": 0.5})})
 
     listing = ls_json(run, models)
     assert listing["layout"] == "returnn"
@@ -174,9 +140,9 @@ def ckpt_tests_binary(ckpt_tool):
     return pathlib.Path(ckpt_tool).parent / "ckpt_tests"
 
 
-def test_learning_rates_written_by_ckpt_read_by_returnn_eval(ckpt_tool, tmp_path):
+def test_learning_rates_written_by_ckpt_read_by_returnn(ckpt_tool, tmp_path):
     """The gtest LearningRatesTest.WritesForPython writes a file with
-    learning_rates_text(); Python's eval reads it as RETURNN would."""
+    learning_rates_text(); RETURNN's own LearningRateControl reads it."""
     binary = ckpt_tests_binary(ckpt_tool)
     if not os.access(binary, os.X_OK):
         pytest.skip(f"the C++ tests are not built at {binary}")
@@ -185,7 +151,7 @@ def test_learning_rates_written_by_ckpt_read_by_returnn_eval(ckpt_tool, tmp_path
                             env={**os.environ, "CKPT_LEARNING_RATES_OUT": str(out)},
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-    data = returnn_eval(out.read_text())
+    data = returnn_load(out)
     assert sorted(data) == [1, 2, 10]
     assert data[1].learning_rate == 0.001
     assert data[1].error == {"dev_score": 1.5, "train_score": 2.0}
