@@ -48,7 +48,7 @@ const std::map<std::string, Layer>& public_headers() {
       {"restore.h", kUpper},        {"ckpt.h", kUpper},        {"cli.h", kPublicTop},
       {"run_directory.h", kUpper},  {"manager.h", kUpper},     {"average.h", kUpper},
       {"retention.h", kUpper},      {"modules.h", kUpper},     {"preload.h", kUpper},
-      {"formula.h", kUpper},        {"weight_norm.h", kUpper},  // modules: weight norm's converters
+      {"formula.h", kUpper},        {"weight_norm.h", kUpper}, {"derived.h", kUpper},  // modules: weight norm's converters
   };
   return headers;
 }
