@@ -14,6 +14,8 @@ while they live.
     with ckpt.open("model.pt") as f:
         w = f.get("encoder.layers.0.weight")
     report = ckpt.restore(model, "old.pt", strict=False)   # fills the model, reports the rest
+    with ckpt.Run("runs/a", model=model, optimizer=opt, save_every_steps=100) as run:   # stages, resume
+        ...
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, Uns
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 from ._manager import Manager, average, detect, list_run_directory, ls, prune
 from ._weight_norm import convert_weight_norm_names, find_weight_norms, fold_weight_norm, unfold_weight_norm
+from ._run import STAGES, Run, StageError
 
 KeepLast = _ckpt.KeepLast
 KeepBest = _ckpt.KeepBest
@@ -67,6 +70,7 @@ __all__ = [
     "KeepLast", "KeepBest", "KeepEverySteps", "KeepEverySeconds", "KeepSteps", "ReturnnPolicy", "CustomPolicy",
     "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
     "fold_weight_norm", "unfold_weight_norm", "convert_weight_norm_names", "find_weight_norms",
+    "Run", "StageError", "STAGES",
 ]
 __version__ = _ckpt.__version__
 
