@@ -365,7 +365,8 @@ class Run:
             if rs.OPTIMIZER_KEY not in main:
                 problems.append("the checkpoint has no optimizer state")
             else:
-                self._optimizer.load_state_dict(rs.torch_optimizer_state(main[rs.OPTIMIZER_KEY]))
+                live = self._optimizer.state_dict()
+                self._optimizer.load_state_dict(rs.torch_optimizer_state(main[rs.OPTIMIZER_KEY], like=live))
         if problems and self._strict:
             error = MismatchError(f"{entry.path}: the run's checkpoint of step {entry.step} does not restore "
                                   f"the model: " + "; ".join(problems))

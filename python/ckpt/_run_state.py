@@ -115,12 +115,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def torch_optimizer_state(stored: Mapping[str, Any]) -> Dict[str, Any]:
+def torch_optimizer_state(stored: Mapping[str, Any], like: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """``stored`` (a torch optimizer's ``state_dict()`` as saved and loaded
     back: int keys may come back as strings, tuples as lists) in the form
     ``Optimizer.load_state_dict`` takes: the ``state`` map keyed by int
-    parameter indices, each group's ``params`` as ints. Raises ValueError
-    for a state that is not an optimizer's."""
+    parameter indices, each group's ``params`` as ints. ``like`` (the live
+    optimizer's ``state_dict()``): a group setting that is a tuple there
+    (Adam's ``betas``) becomes a tuple again. Raises ValueError for a state
+    that is not an optimizer's."""
     if not isinstance(stored, Mapping) or "param_groups" not in stored:
         raise ValueError("the checkpoint's optimizer state is not a torch optimizer's state_dict() "
                          "(no 'param_groups')")
@@ -135,10 +137,15 @@ def torch_optimizer_state(stored: Mapping[str, Any]) -> Dict[str, Any]:
     groups_in = stored["param_groups"]
     if isinstance(groups_in, Mapping):
         groups_in = [groups_in[k] for k in sorted(groups_in, key=lambda k: _int_key(k, "param_groups"))]
+    like_groups = list((like or {}).get("param_groups", []))
     groups = []
-    for group in groups_in:
+    for index, group in enumerate(groups_in):
         group = {str(k): _plain(v) for k, v in group.items()}
         group["params"] = [_int_key(p, "params") for p in group.get("params", [])]
+        if index < len(like_groups):
+            for key, value in like_groups[index].items():
+                if isinstance(value, tuple) and isinstance(group.get(key), list):
+                    group[key] = tuple(group[key])
         groups.append(group)
     result = {str(k): _plain(v) for k, v in stored.items() if k not in ("state", "param_groups")}
     result["state"] = per_param
