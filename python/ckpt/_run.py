@@ -313,7 +313,7 @@ class Run:
         with torch.no_grad():
             for result in report.preloads:
                 for target, _source in result.set:
-                    live[target].copy_(_as_tensor(report.state, target))
+                    live[target].copy_(torch.as_tensor(_leaf(report.state, target)))
         self._init_only += [n for n in report.init_only if n not in self._init_only]
         self.preload_report = report
 
@@ -536,7 +536,7 @@ def _strings(value: Any) -> List[str]:
     return [str(v) for v in (value or [])]
 
 
-def _as_tensor(state: Any, name: str) -> Any:
+def _leaf(state: Any, name: str) -> Any:
     """Leaf ``name`` of a flat or nested state."""
     if isinstance(state, Mapping) and name in state:
         return state[name]
