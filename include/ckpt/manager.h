@@ -64,6 +64,21 @@ struct ManagerOptions {
   // Open for reading only: no lock, no cleanup, no config written; save(),
   // restore_latest() and load() still read. save() throws.
   bool read_only = false;
+  // "ckpt": step-NNNNNNNN/ directories (above). "returnn": a RETURNN model
+  // directory, as RETURNN's torch engine writes it (docs/manager.md,
+  // "Managing a RETURNN directory"): save(step, state, {.epoch = E}) writes
+  // RUN_DIR/epoch.EEE.pt = {"model": state, "epoch": E, "step": step,
+  // "effective_learning_rate": metrics["learning_rate"] or None} (a part
+  // named "optimizer" goes to epoch.EEE.opt.pt, written first), then records
+  // the metrics as epoch E's scores in RETURNN's learning_rates file. Needs
+  // format "torch" (or ""), an epoch with every save (newer than the last),
+  // parts "state" or "model" (and "optimizer"), no dedup. list() shows
+  // RETURNN's listing (steps filled in for the epochs this manager
+  // committed), load() and restore_latest() give the "model" state, and
+  // retention removes only epochs this manager committed, never RETURNN's own
+  // or the learning_rates file. A directory RETURNN wrote is continued; a
+  // ckpt-layout one is refused (and the other way round).
+  std::string layout = "ckpt";
 };
 
 // One file of a checkpoint saved in parts (per-module files: a frozen
@@ -138,6 +153,10 @@ class Manager {
   // not deleted until this manager commits a newer one.
   // Throws Error{kNotFound} for a step that is not committed.
   Tree load(int64_t step, const LoadOptions& options = {});
+  // The newest committed checkpoint's state, as load() gives it (protected
+  // as load()'s), also where the listing knows no step for it (an epoch a
+  // RETURNN directory had before the manager); nullopt for an empty run.
+  std::optional<Tree> load_latest(const LoadOptions& options = {});
   // Restores the newest committed checkpoint into `target` through
   // restore() (strict by default) and returns its report; nullopt for an
   // empty run (a fresh start). The checkpoint is protected as load()'s.

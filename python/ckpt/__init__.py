@@ -14,6 +14,7 @@ while they live.
     with ckpt.open("model.pt") as f:
         w = f.get("encoder.layers.0.weight")
     report = ckpt.restore(model, "old.pt", strict=False)   # fills the model, reports the rest
+    ckpt.weight_norm(model.conv)   # eager weight norm: raw g, v stored; weight recomputed when they change
     with ckpt.Run("runs/a", model=model, optimizer=opt, save_every_steps=100) as run:   # stages, resume
         ...
 """
@@ -51,7 +52,22 @@ from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, Uns
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 from ._manager import Manager, average, detect, list_run_directory, ls, prune
 from ._weight_norm import convert_weight_norm_names, find_weight_norms, fold_weight_norm, unfold_weight_norm
+from ._modules import (ModuleFilesReport, Preload, PreloadReport, PreloadResult, apply_preloads, merge_module_files,
+                       module_file_of, split_by_module)
+from ._formula import formula_function
 from ._run import STAGES, Run, StageError
+
+_TORCH_ONLY = ("weight_norm", "reparametrize", "reparametrizations", "Reparametrization")  # from _reparam
+
+
+def __getattr__(name: str) -> Any:
+    """The names that need torch (eager re-parameterization, ``_reparam``),
+    imported when first used: ``import ckpt`` does not import torch."""
+    if name in _TORCH_ONLY:
+        from . import _reparam
+        return getattr(_reparam, name)
+    raise AttributeError(f"module 'ckpt' has no attribute {name!r}")
+
 
 KeepLast = _ckpt.KeepLast
 KeepBest = _ckpt.KeepBest
@@ -70,6 +86,9 @@ __all__ = [
     "KeepLast", "KeepBest", "KeepEverySteps", "KeepEverySeconds", "KeepSteps", "ReturnnPolicy", "CustomPolicy",
     "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
     "fold_weight_norm", "unfold_weight_norm", "convert_weight_norm_names", "find_weight_norms",
+    "split_by_module", "merge_module_files", "module_file_of", "ModuleFilesReport",
+    "Preload", "PreloadResult", "PreloadReport", "apply_preloads",
+    "formula_function", "weight_norm", "reparametrize", "reparametrizations", "Reparametrization",
     "Run", "StageError", "STAGES",
 ]
 __version__ = _ckpt.__version__

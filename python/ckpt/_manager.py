@@ -68,7 +68,16 @@ class Manager:
     ``save``/``wait``/``close``); ``policy`` more policy objects
     (:class:`KeepLast`, :class:`ReturnnPolicy`, ...) or callables.
 
-    ``format``: any writable format id. ``max_in_flight``: asynchronous saves
+    ``format``: any writable format id (default: safetensors; torch in the
+    returnn layout). ``layout``: "ckpt" (step directories) or "returnn": a
+    RETURNN model directory as RETURNN's torch engine writes it
+    (``epoch.NNN.pt`` = {"model": state, "epoch", "step",
+    "effective_learning_rate"}, ``epoch.NNN.opt.pt`` for a part named
+    "optimizer", the metrics as the epoch's scores in ``learning_rates``, a
+    metric "learning_rate" as its learningRate); every save needs ``epoch=``,
+    :meth:`load` returns the "model" state, and retention removes only epochs
+    this manager committed (docs/manager.md, "Managing a RETURNN
+    directory"). ``max_in_flight``: asynchronous saves
     pending at once (a save beyond them waits). ``dedup`` hard-links an
     unchanged state from the previous step; ``fsync`` makes commits durable;
     ``read_only`` opens without the lock (save raises).
@@ -86,16 +95,16 @@ class Manager:
                  metric: Optional[str] = None, mode: str = "min", keep_missing_metric: bool = True,
                  keep_every_steps: Optional[int] = None, keep_every_seconds: Optional[float] = None,
                  keep_steps: Iterable[int] = (), keep: Optional[Callable[[List[Any]], Iterable[int]]] = None,
-                 policy: Any = None, format: str = "safetensors", max_in_flight: int = 1, dedup: bool = True,
-                 fsync: bool = True, read_only: bool = False):
+                 policy: Any = None, format: Optional[str] = None, max_in_flight: int = 1, dedup: bool = True,
+                 fsync: bool = True, read_only: bool = False, layout: str = "ckpt"):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
         self._core = _core().Manager(
             _path(run_dir), keep_last=keep_last, keep_best=keep_best, metric=metric or "", mode=mode,
             keep_missing_metric=keep_missing_metric, keep_every_steps=keep_every_steps,
             keep_every_seconds=keep_every_seconds, keep_steps=list(keep_steps), keep=keep,
-            policy=_policies(policy), format=format or "safetensors", max_in_flight=max_in_flight, dedup=dedup,
-            fsync=fsync, read_only=read_only)
+            policy=_policies(policy), format=format or "", max_in_flight=max_in_flight, dedup=dedup,
+            fsync=fsync, read_only=read_only, layout=layout)
         self._closed = False
         self._metric, self._mode = metric or "", mode
         _open_managers.add(self)
@@ -104,8 +113,9 @@ class Manager:
     def run_dir(self) -> str:
         return self._core.run_dir
 
-    def save(self, step: int, state: Any, metrics: Optional[Mapping[str, float]] = None, epoch: Optional[int] = None,
-             blocking: bool = True, *, keep_forever: bool = False) -> None:
+    def save(self, step: int, state: Any = None, metrics: Optional[Mapping[str, float]] = None,
+             epoch: Optional[int] = None, blocking: bool = True, *, keep_forever: bool = False,
+             parts: Optional[Mapping[str, Any]] = None) -> None:
         """Saves ``state`` (what :func:`ckpt.save` takes) as checkpoint ``step``,
         which must be newer than every step committed or pending.
 
@@ -117,16 +127,33 @@ class Manager:
         for retention and :meth:`best`; ``keep_forever`` keeps this step
         whatever the policies.
 
+        ``parts`` saves the state in parts instead of ``state``: ``{name:
+        state}``, one file each (``<name>.<format's extension>`` in the step
+        directory), committed together; names of 1 to 100 letters, digits,
+        ``_`` or ``-`` (``"state"`` is an unsplit state's); the parts hold
+        disjoint leaves. Each part unchanged since the previous checkpoint
+        (every tensor byte for byte) is hard-linked from there (``dedup``), so
+        a frozen module's file costs nothing. :meth:`load` returns the union
+        of the parts; each entry's ``.parts`` lists their files.
+
         Raises first the error of an earlier background save or cleanup (once);
         ValueError for a step not newer than the last, or a read-only or closed
         manager; TypeError for values ckpt cannot store; what ``ckpt.save``
         raises (a blocking save)."""
         metrics = {str(k): float(v) for k, v in (metrics or {}).items()}
+        if parts is not None:
+            if state is not None:
+                raise ValueError("save() takes a state or parts=, not both")
+            if not isinstance(parts, Mapping) or not parts:
+                raise ValueError("parts= must be a non-empty dict {part name: state}")
+            parts = {name: _restore.to_nest(part) for name, part in parts.items()}
         with _no_gc():
             try:
                 self._core.save(step, state, metrics=metrics, epoch=epoch, blocking=blocking,
-                                keep_forever=keep_forever)
+                                keep_forever=keep_forever, parts=parts)
             except TypeError:
+                if parts is not None:
+                    raise
                 nest = _restore.to_nest(state)  # dataclasses, NamedTuples: plain dicts, then try again
                 self._core.save(step, nest, metrics=metrics, epoch=epoch, blocking=blocking,
                                 keep_forever=keep_forever)
@@ -134,7 +161,8 @@ class Manager:
     def list(self) -> List[Any]:
         """The committed checkpoints, oldest first, as :class:`CheckpointEntry`
         (``.step``, ``.epoch``, ``.metrics``, ``.path``, ``.size``, ``.time``,
-        ``.kept_by``); pending saves are not listed until committed."""
+        ``.kept_by``, ``.parts``: the part files of a state saved in parts,
+        else empty); pending saves are not listed until committed."""
         return self._core.list()
 
     def latest(self) -> Optional[Any]:
@@ -165,11 +193,20 @@ class Manager:
         None for an empty run (a fresh start). ``restore_options`` are
         :func:`ckpt.restore`'s (strict, defaults, cast, prefix, only, rename).
         The checkpoint is protected as :meth:`load`'s."""
-        entry = self._core.latest()
-        if entry is None:
+        with _no_gc():
+            tree = self._core.load_latest()
+        if tree is None:
             return None
-        tree = self.load(entry.step)
         return _restore.restore(target, tree, **restore_options)
+
+    def load_latest(self, *, framework: str = "numpy", lazy: bool = True, verify: bool = False,
+                    threads: int = 0) -> Any:
+        """The newest committed checkpoint's state as :meth:`load` gives it
+        (protected as :meth:`load`'s); None for an empty run. Also for an
+        epoch that a RETURNN directory held before this manager (which has no
+        step to :meth:`load` it by)."""
+        with _no_gc():
+            return self._core.load_latest(framework=framework, lazy=lazy, verify=verify, threads=threads)
 
     def wait(self) -> None:
         """Waits until every pending save is committed and the cleanup after it

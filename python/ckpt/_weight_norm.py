@@ -11,30 +11,13 @@ has the details.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _ckpt
+from ._framework import framework_of as _framework_of
 from ._gc import no_gc as _no_gc
 
 Names = Union[str, Sequence[str]]
-
-
-def _framework_of(state: Any) -> str:
-    """ "torch" if the nest holds a torch tensor, else "numpy"."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return "numpy"
-    stack = [state]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, torch.Tensor):
-            return "torch"
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, (list, tuple)):
-            stack.extend(value)
-    return "numpy"
 
 
 def _names_arg(names: Optional[Names]) -> Any:

@@ -206,6 +206,12 @@ void bind_listing(py::module_& m) {
                                for (const auto& file : e.files) files.push_back(file.string());
                                return files;
                              })
+      .def_property_readonly("parts",
+                             [](const CheckpointEntry& e) {
+                               std::vector<std::string> parts;
+                               for (const auto& part : e.parts) parts.push_back(part.string());
+                               return parts;
+                             })
       .def_readonly("size", &CheckpointEntry::size)
       .def_readonly("time", &CheckpointEntry::time)
       .def_readonly("kept_by", &CheckpointEntry::kept_by)
@@ -293,7 +299,7 @@ void bind_manager_class(py::module_& m) {
                        bool keep_missing_metric, std::optional<int64_t> keep_every_steps,
                        std::optional<double> keep_every_seconds, std::vector<int64_t> keep_steps, py::object keep,
                        py::handle policy, std::string format, size_t max_in_flight, bool dedup, bool fsync,
-                       bool read_only) {
+                       bool read_only, std::string layout) {
              ManagerOptions options{.keep_last = keep_last,
                                     .keep_best = keep_best,
                                     .metric = std::move(metric),
@@ -308,7 +314,8 @@ void bind_manager_class(py::module_& m) {
                                     .max_in_flight = max_in_flight,
                                     .dedup = dedup,
                                     .fsync = fsync,
-                                    .read_only = read_only};
+                                    .read_only = read_only,
+                                    .layout = std::move(layout)};
              if (!keep.is_none()) {
                if (!PyCallable_Check(keep.ptr())) throw py::type_error("keep= must be a callable");
                options.keep = keep_function(keep);
@@ -321,15 +328,26 @@ void bind_manager_class(py::module_& m) {
            py::arg("keep_every_steps") = py::none(), py::arg("keep_every_seconds") = py::none(),
            py::arg("keep_steps") = std::vector<int64_t>{}, py::arg("keep") = py::none(), py::arg("policy") = py::none(),
            py::arg("format") = "safetensors", py::arg("max_in_flight") = 1, py::arg("dedup") = true,
-           py::arg("fsync") = true, py::arg("read_only") = false)
+           py::arg("fsync") = true, py::arg("read_only") = false, py::arg("layout") = "ckpt")
       .def_property_readonly("run_dir", [](ManagerHandle& h) { return h->run_dir().string(); })
       .def(
           "save",
           [](ManagerHandle& h, int64_t step, py::handle state, std::map<std::string, double> metrics,
-             std::optional<int64_t> epoch, bool blocking, bool keep_forever) {
-            Tree tree = value_in(state, "", 0);
+             std::optional<int64_t> epoch, bool blocking, bool keep_forever, py::object parts) {
             const SaveStepOptions options{
                 .metrics = std::move(metrics), .epoch = epoch, .blocking = blocking, .keep_forever = keep_forever};
+            if (!parts.is_none()) {
+              // A state in parts: {part name: state}, in the dict's order.
+              std::vector<StatePart> in;
+              for (auto [name, part] : py::cast<py::dict>(parts)) {
+                const std::string part_name = py::cast<std::string>(name);
+                in.push_back({.name = part_name, .state = value_in(part, part_name, 0)});
+              }
+              py::gil_scoped_release unlocked;
+              h->save(step, in, options);
+              return;
+            }
+            Tree tree = value_in(state, "", 0);
             {
               py::gil_scoped_release unlocked;
               h->save(step, tree, options);
@@ -337,7 +355,8 @@ void bind_manager_class(py::module_& m) {
             // `tree` (and the arrays it borrows) is released here, with the GIL held.
           },
           py::arg("step"), py::arg("state"), py::kw_only(), py::arg("metrics") = std::map<std::string, double>{},
-          py::arg("epoch") = py::none(), py::arg("blocking") = true, py::arg("keep_forever") = false)
+          py::arg("epoch") = py::none(), py::arg("blocking") = true, py::arg("keep_forever") = false,
+          py::arg("parts") = py::none())
       .def("list",
            [](ManagerHandle& h) {
              py::gil_scoped_release unlocked;
@@ -369,6 +388,20 @@ void bind_manager_class(py::module_& m) {
           },
           py::arg("step"), py::kw_only(), py::arg("framework") = "numpy", py::arg("lazy") = true,
           py::arg("verify") = false, py::arg("threads") = 0)
+      .def(
+          "load_latest",
+          [](ManagerHandle& h, const std::string& framework, bool lazy, bool verify, unsigned threads) -> py::object {
+            const Framework fw = framework_from(framework);
+            std::optional<Tree> tree;
+            {
+              py::gil_scoped_release unlocked;
+              tree = h->load_latest({.verify = verify, .lazy = lazy, .threads = threads});
+            }
+            if (!tree) return py::none();
+            return value_out(*tree, fw);
+          },
+          py::kw_only(), py::arg("framework") = "numpy", py::arg("lazy") = true, py::arg("verify") = false,
+          py::arg("threads") = 0)
       .def("wait",
            [](ManagerHandle& h) {
              py::gil_scoped_release unlocked;

@@ -28,6 +28,7 @@
 #include "ckpt/memory.h"
 #include "ckpt/checksum.h"
 #include "manager_bindings.h"
+#include "modules_bindings.h"
 #include "restore_bindings.h"
 #include "safetensors_bindings.h"
 #include "values.h"
@@ -399,6 +400,7 @@ PYBIND11_MODULE(_ckpt, m) {
   bind_safetensors(m);
   bind_manager(m);
   bind_weight_norm(m);
+  bind_modules(m);
 
 #ifdef CKPT_VERSION
   m.attr("__version__") = CKPT_VERSION;

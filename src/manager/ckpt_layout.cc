@@ -16,6 +16,8 @@ namespace ckpt::detail {
 std::optional<RunListing> list_ckpt_run(const std::filesystem::path& run_dir) {
   namespace fs = std::filesystem;
   const std::optional<RunConfig> config = read_run_config(run_dir);
+  // A RETURNN directory that a manager writes: its epochs are RETURNN's files.
+  if (config && config->layout != "ckpt") return std::nullopt;
   std::vector<CheckpointEntry> entries;
   std::error_code error;
   fs::directory_iterator it(run_dir, error);

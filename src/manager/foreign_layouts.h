@@ -3,7 +3,9 @@
 // in the order of docs/manager.md, "Foreign run directories").
 
 #include <filesystem>
+#include <cstdint>
 #include <optional>
+#include <string>
 
 #include "ckpt/run_directory.h"
 
@@ -14,6 +16,10 @@ namespace ckpt::detail {
 // epoch.pretrain.NNN; scores from the learning_rates file. nullopt when
 // `run_dir` holds no such name.
 std::optional<RunListing> list_returnn_run(const std::filesystem::path& run_dir);
+
+// RETURNN's name of an epoch's model, without extension (its
+// epoch_model_filename: "epoch.%03d", "epoch.pretrain.%03d").
+std::string returnn_model_name(int64_t epoch, bool pretrain = false);
 
 // The learning_rates file that belongs to the RETURNN directory `run_dir`:
 // "run_dir/learning_rates" if that is a file, else "run_dir/../learning_rates"

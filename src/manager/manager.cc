@@ -21,6 +21,7 @@
 #include "manager/run_config.h"
 #include "manager/run_files.h"
 #include "manager/run_layouts.h"
+#include "manager/returnn_writer.h"
 #include "manager/run_lock.h"
 #include "manager/state_files.h"
 #include "manager/step_record.h"
@@ -76,6 +77,8 @@ struct Manager::Impl {
   std::vector<RetentionPolicy> policies;  // as configured (a CustomPolicy with its function)
   detail::RunConfig config;               // as persisted
 
+  bool returnn = false;  // ManagerOptions::layout "returnn"
+
   std::mutex mutex;
   std::condition_variable changed;
   std::deque<std::shared_ptr<Job>> queue;  // saves not yet committed, in step order
@@ -85,6 +88,9 @@ struct Manager::Impl {
   bool closed = false;
   std::exception_ptr error;                    // of a background save or cleanup, not yet rethrown
   std::optional<int64_t> last_step;            // newest step committed or queued
+  std::optional<int64_t> last_epoch;           // the returnn layout: newest epoch committed or queued
+  std::optional<int64_t> committed_step;       // the returnn layout: newest step (and epoch) committed
+  std::optional<int64_t> committed_epoch;
   std::optional<int64_t> protected_step;       // loaded or restored from: kept until a newer commit
   std::optional<detail::StepRecord> last_record;  // the newest committed checkpoint's (dedup)
   Buffer spare;  // a written snapshot's block, for the next snapshot
@@ -100,6 +106,7 @@ struct Manager::Impl {
   }
 
   std::vector<CheckpointEntry> committed() const {
+    if (returnn) return detail::list_managed_returnn_run(run_dir);
     std::optional<RunListing> listing = detail::list_ckpt_run(run_dir);
     return listing ? std::move(listing->checkpoints) : std::vector<CheckpointEntry>{};
   }
@@ -127,7 +134,14 @@ struct Manager::Impl {
         job->error = failure;
         if (failure && !job->options.blocking && !error) error = failure;
         // A failed save leaves its step free again unless a later one is queued.
-        if (failure && last_step == job->step) last_step = last_record ? std::optional(last_record->step) : std::nullopt;
+        if (failure && last_step == job->step) {
+          if (returnn) {
+            last_step = committed_step;
+            last_epoch = committed_epoch;
+          } else {
+            last_step = last_record ? std::optional(last_record->step) : std::nullopt;
+          }
+        }
         if (!failure) cleanup_due = true;
         changed.notify_all();
         continue;
@@ -154,8 +168,59 @@ struct Manager::Impl {
     }
   }
 
-  // Writes job.parts into a temporary step directory and commits it.
+  // Commits job: a step directory, or a RETURNN epoch; then what follows
+  // every commit.
   void commit(Job& job) {
+    std::optional<detail::StepRecord> record;
+    if (returnn) {
+      commit_epoch(job);
+    } else {
+      record = commit_step(job);
+    }
+    job.parts.clear();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
+    if (!job.block.empty() && job.block.storage().use_count() == 1) {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (job.block.size() > spare.size()) spare = std::move(job.block);
+    }
+    job.block = Buffer();
+    if (job.options.keep_forever) {
+      {
+        std::lock_guard<std::mutex> guard(mutex);
+        if (!std::count(config.keep_forever.begin(), config.keep_forever.end(), job.step)) {
+          config.keep_forever.push_back(job.step);
+          std::sort(config.keep_forever.begin(), config.keep_forever.end());
+        }
+      }
+      detail::write_run_config(run_dir, config);
+    }
+    if (format->capabilities().state_file && !returnn) {
+      detail::write_tf_state_file(run_dir, committed(), options.fsync);
+    }
+    std::lock_guard<std::mutex> guard(mutex);
+    if (record) last_record = std::move(record);
+    if (returnn) {
+      committed_step = job.step;
+      committed_epoch = job.options.epoch;
+    }
+    if (protected_step && job.step > *protected_step) protected_step.reset();
+  }
+
+  // The returnn layout: the epoch recorded as this manager's first, then its
+  // files and learning_rates (returnn_writer.h). A crash in between leaves a
+  // record of an epoch whose model never appeared, which lists as nothing.
+  void commit_epoch(Job& job) {
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      config.committed_epochs[*job.options.epoch] = job.step;
+    }
+    detail::write_run_config(run_dir, config);
+    detail::write_returnn_epoch(run_dir, job.step, *job.options.epoch, job.parts, job.options.metrics,
+                                options.fsync);
+  }
+
+  // Writes job.parts into a temporary step directory and commits it;
+  // returns its record.
+  detail::StepRecord commit_step(Job& job) {
     const fs::path final_path = step_dir(job.step);
     std::error_code status_error;
     if (fs::exists(fs::symlink_status(final_path, status_error))) {
@@ -208,30 +273,13 @@ struct Manager::Impl {
     record.files.insert(record.files.end(), linked_files.begin(), linked_files.end());
     std::sort(record.files.begin(), record.files.end(),
               [](const detail::RecordedFile& a, const detail::RecordedFile& b) { return a.path < b.path; });
-    job.parts.clear();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
-    if (!job.block.empty() && job.block.storage().use_count() == 1) {
-      std::lock_guard<std::mutex> guard(mutex);
-      if (job.block.size() > spare.size()) spare = std::move(job.block);
-    }
-    job.block = Buffer();
     record.time = now_seconds();
     const std::string json = detail::step_record_json(record);
     detail::AtomicFile file(directory.path() / detail::kStepRecordName, {.fsync = options.fsync});
     file.write_at(std::as_bytes(std::span(json.data(), json.size())), 0);
     file.commit({.sync_directory = false});  // the directory's commit syncs it
     directory.commit();
-    if (job.options.keep_forever) {
-      std::lock_guard<std::mutex> guard(mutex);
-      if (!std::count(config.keep_forever.begin(), config.keep_forever.end(), job.step)) {
-        config.keep_forever.push_back(job.step);
-        std::sort(config.keep_forever.begin(), config.keep_forever.end());
-      }
-    }
-    if (job.options.keep_forever) detail::write_run_config(run_dir, config);
-    if (format->capabilities().state_file) detail::write_tf_state_file(run_dir, committed(), options.fsync);
-    std::lock_guard<std::mutex> guard(mutex);
-    last_record = std::move(record);
-    if (protected_step && job.step > *protected_step) protected_step.reset();
+    return record;
   }
 
   // The digest `record` gives its part stored as `file_name` ("" if none).
@@ -257,10 +305,22 @@ struct Manager::Impl {
     detail::fill_kept_by(entries, live);
     record_custom_decision(entries);
     const std::vector<size_t> remove = detail::entries_to_remove(entries, true, keep);
-    for (size_t index : remove) detail::remove_committed(entries[index].files.front());
-    if (remove.empty()) return;
+    size_t removed = 0;
+    for (size_t index : remove) {
+      if (!returnn) {
+        detail::remove_committed(entries[index].files.front());  // the step directory
+      } else if (entries[index].step) {  // an epoch this manager committed; RETURNN's own stay
+        for (const fs::path& file : entries[index].files) detail::remove_committed(file);
+      } else {
+        continue;
+      }
+      ++removed;
+    }
+    if (removed == 0) return;
     if (options.fsync) detail::sync_directory(run_dir, run_dir);
-    if (format->capabilities().state_file) detail::write_tf_state_file(run_dir, committed(), options.fsync);
+    if (format->capabilities().state_file && !returnn) {
+      detail::write_tf_state_file(run_dir, committed(), options.fsync);
+    }
   }
 
   // Persists what a custom policy kept, for those who cannot run its function.
@@ -277,6 +337,22 @@ struct Manager::Impl {
       }
     }
     detail::write_run_config(run_dir, config);
+  }
+
+  // Loads `entry` (protected from retention until a newer commit): the
+  // returnn layout's model state, else the union of its parts.
+  Tree load_entry(const CheckpointEntry& entry, const LoadOptions& load_options) {
+    if (writing() && entry.step) {
+      std::lock_guard<std::mutex> guard(mutex);
+      protected_step = entry.step;
+    }
+    Tree tree = load_checkpoint(entry, load_options);
+    if (!returnn) return tree;
+    Tree* model = tree.is_map() ? tree.find(Key{std::string("model")}) : nullptr;
+    if (model == nullptr) {
+      throw Error(ErrorCode::kCorrupt, "a RETURNN checkpoint without its \"model\" entry", {.path = entry.path});
+    }
+    return std::move(*model);
   }
 
   void rethrow_error() {
@@ -308,8 +384,17 @@ Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_uni
   m.run_dir = std::move(run_dir);
   m.options = std::move(options);
   if (m.options.max_in_flight == 0) invalid("max_in_flight must be at least 1");
+  if (m.options.layout != "ckpt" && m.options.layout != "returnn") {
+    invalid("layout must be \"ckpt\" or \"returnn\", not " + detail::quoted(m.options.layout));
+  }
+  m.returnn = m.options.layout == "returnn";
+  if (m.returnn && !m.options.format.empty() && m.options.format != "torch") {
+    invalid("a RETURNN directory holds torch files (epoch.NNN.pt): the returnn layout takes format \"torch\", not " +
+            detail::quoted(m.options.format));
+  }
   m.policies = configured_policies(m.options);
-  m.format = &save_format(m.run_dir, {.format = m.options.format.empty() ? "safetensors" : m.options.format});
+  const std::string format = m.options.format.empty() ? (m.returnn ? "torch" : "safetensors") : m.options.format;
+  m.format = &save_format(m.run_dir, {.format = format});
   if (!m.format->capabilities().write) {
     throw Error(ErrorCode::kUnsupported, "the manager cannot save in " + std::string(m.format->id()) +
                                              ", which ckpt only reads");
@@ -323,11 +408,26 @@ Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_uni
     if (!fs::is_directory(m.run_dir, error)) {
       throw Error(ErrorCode::kNotFound, "not a run directory (no such directory)", {.path = m.run_dir});
     }
+    // A RETURNN directory a manager writes reads as one, whatever the options say.
+    const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
+    if (persisted && persisted->layout == "returnn") m.returnn = true;
     return;
   }
   // Another tool's run is refused before anything is written into it (the
   // lock file included); checked again below, under the lock.
   const auto refuse_foreign = [&] {
+    const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
+    if (persisted && persisted->layout != m.options.layout) {
+      invalid("the run directory is managed in the " + persisted->layout + " layout, not " + m.options.layout,
+              m.run_dir);
+    }
+    if (m.returnn) {
+      const RunListing other = list_run_directory(m.run_dir);
+      if (other.layout != "returnn" && other.layout != "empty") {
+        invalid("the directory holds a " + other.layout + " run; the returnn layout writes only RETURNN's", m.run_dir);
+      }
+      return;
+    }
     if (detail::list_ckpt_run(m.run_dir)) return;
     const RunListing other = list_run_directory(m.run_dir);
     if (other.layout != "empty") {
@@ -345,6 +445,8 @@ Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_uni
   const std::optional<RunListing> listing = detail::list_ckpt_run(m.run_dir);
   const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
   m.config.format = std::string(m.format->id());
+  m.config.layout = m.options.layout;
+  if (persisted) m.config.committed_epochs = persisted->committed_epochs;
   std::set<int64_t> forever(m.options.keep_steps.begin(), m.options.keep_steps.end());
   if (persisted) forever.insert(persisted->keep_forever.begin(), persisted->keep_forever.end());
   m.config.keep_forever.assign(forever.begin(), forever.end());
@@ -362,7 +464,14 @@ Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_uni
     }
   }
   detail::write_run_config(m.run_dir, m.config);
-  if (listing && !listing->checkpoints.empty()) {
+  if (m.returnn) {
+    for (const CheckpointEntry& entry : m.committed()) {  // RETURNN's own epochs count, steps where known
+      if (entry.epoch && (!m.last_epoch || *entry.epoch > *m.last_epoch)) m.last_epoch = entry.epoch;
+      if (entry.step && (!m.last_step || *entry.step > *m.last_step)) m.last_step = entry.step;
+    }
+    m.committed_step = m.last_step;
+    m.committed_epoch = m.last_epoch;
+  } else if (listing && !listing->checkpoints.empty()) {
     const CheckpointEntry& newest = listing->checkpoints.back();
     m.last_step = newest.step;
     m.last_record = detail::read_step_record(newest.files.front());
@@ -396,10 +505,28 @@ void Manager::save(int64_t step, const std::vector<StatePart>& parts, const Save
       invalid("a state saved in parts is a map in each part; part " + detail::quoted(part.name) + " is not");
     }
   }
+  if (m.returnn) {
+    detail::validate_returnn_parts(parts);
+    if (!options.epoch) {
+      invalid("a RETURNN directory names its checkpoints by epoch: save() needs the epoch", m.run_dir);
+    }
+    if (*options.epoch < 1) invalid("RETURNN's epochs start at 1, not " + std::to_string(*options.epoch), m.run_dir);
+    const bool optimizer = std::any_of(parts.begin(), parts.end(), [](const StatePart& p) { return p.name == "optimizer"; });
+    if (!optimizer && detail::returnn_has_optimizer_states(m.run_dir)) {
+      invalid("the directory holds optimizer states (epoch.NNN.opt.pt), and RETURNN resumes only from an epoch "
+              "that has one: save an \"optimizer\" part too",
+              m.run_dir);
+    }
+  }
   std::unique_lock<std::mutex> guard(m.mutex);
   m.rethrow_error();
   if (m.last_step && step <= *m.last_step) {
     invalid("step " + std::to_string(step) + " is not newer than step " + std::to_string(*m.last_step) +
+                ", the run's latest",
+            m.run_dir);
+  }
+  if (m.returnn && m.last_epoch && *options.epoch <= *m.last_epoch) {
+    invalid("epoch " + std::to_string(*options.epoch) + " is not newer than epoch " + std::to_string(*m.last_epoch) +
                 ", the run's latest",
             m.run_dir);
   }
@@ -428,6 +555,7 @@ void Manager::save(int64_t step, const std::vector<StatePart>& parts, const Save
     guard.lock();
   }
   m.last_step = step;
+  if (m.returnn) m.last_epoch = options.epoch;
   m.queue.push_back(job);
   m.changed.notify_all();
   if (!options.blocking) return;
@@ -478,22 +606,22 @@ std::optional<CheckpointEntry> Manager::best(const std::string& metric, MetricMo
 
 Tree Manager::load(int64_t step, const LoadOptions& options) {
   for (const CheckpointEntry& entry : impl_->committed()) {
-    if (entry.step != step) continue;
-    if (impl_->writing()) {
-      std::lock_guard<std::mutex> guard(impl_->mutex);
-      impl_->protected_step = step;
-    }
-    return load_checkpoint(entry, options);
+    if (entry.step == step) return impl_->load_entry(entry, options);
   }
   throw Error(ErrorCode::kNotFound, "the run has no committed checkpoint of step " + std::to_string(step),
               {.path = impl_->run_dir});
 }
 
-std::optional<RestoreReport> Manager::restore_latest(const Tree& target, const RestoreOptions& options) {
+std::optional<Tree> Manager::load_latest(const LoadOptions& options) {
   const std::vector<CheckpointEntry> entries = impl_->committed();
   if (entries.empty()) return std::nullopt;
-  const Tree source = load(*entries.back().step);
-  return restore(target, source, options);
+  return impl_->load_entry(entries.back(), options);
+}
+
+std::optional<RestoreReport> Manager::restore_latest(const Tree& target, const RestoreOptions& options) {
+  const std::optional<Tree> source = load_latest();
+  if (!source) return std::nullopt;
+  return restore(target, *source, options);
 }
 
 void Manager::wait() {

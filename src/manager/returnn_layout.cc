@@ -55,13 +55,13 @@ bool split_name(std::string_view name, bool& pretrain, int64_t& epoch, std::stri
   return true;
 }
 
-std::string model_name(int64_t epoch, bool pretrain) {
+}  // namespace
+
+std::string returnn_model_name(int64_t epoch, bool pretrain) {
   char digits[32];
   std::snprintf(digits, sizeof digits, "%03lld", static_cast<long long>(epoch));
   return std::string(kModelPrefix) + (pretrain ? std::string(kPretrain) : "") + digits;
 }
-
-}  // namespace
 
 std::optional<fs::path> returnn_learning_rates_path(const fs::path& run_dir) {
   for (const fs::path& candidate : {run_dir / kLearningRatesFile, run_dir / ".." / kLearningRatesFile}) {
@@ -110,7 +110,7 @@ std::optional<RunListing> list_returnn_run(const fs::path& run_dir) {
     // RETURNN tries the plain name first, then the pretrain one.
     const bool use_pretrain = !names.plain.any() && names.pretrain.any();
     const EpochFiles& files = use_pretrain ? names.pretrain : names.plain;
-    const std::string name = model_name(epoch, use_pretrain);
+    const std::string name = returnn_model_name(epoch, use_pretrain);
     const fs::path base = run_dir / name;
     CheckpointEntry entry;
     entry.epoch = epoch;

@@ -165,6 +165,19 @@ std::string run_config_json(const RunConfig& config) {
     json.end_object();
   }
   json.end_array();
+  if (config.layout != "ckpt") {  // the ckpt layout's config stays as it was
+    json.key("layout");
+    json.string(config.layout);
+    json.key("committed_epochs");
+    json.begin_array();
+    for (const auto& [epoch, step] : config.committed_epochs) {
+      json.begin_array();
+      json.integer(epoch);
+      json.integer(step);
+      json.end_array();
+    }
+    json.end_array();
+  }
   json.end_object();
   std::string text = json.take();
   text += '\n';
@@ -193,6 +206,22 @@ RunConfig parse_run_config(std::string_view json, const std::filesystem::path& p
   simdjson::dom::array policies;
   if (top["policies"].get_array().get(policies)) corrupt(path, "ckpt_manager.json lacks a policies array");
   for (element item : policies) config.policies.push_back(read_policy(item, path));
+  element layout;
+  if (!top["layout"].get(layout)) {
+    std::string_view name;
+    if (layout.get_string().get(name) || (name != "ckpt" && name != "returnn")) {
+      corrupt(path, "ckpt_manager.json's layout is not \"ckpt\" or \"returnn\"");
+    }
+    config.layout = std::string(name);
+    simdjson::dom::array epochs;
+    if (top["committed_epochs"].get_array().get(epochs)) corrupt(path, "ckpt_manager.json lacks committed_epochs");
+    for (element pair : epochs) {
+      const std::vector<int64_t> numbers = read_steps(pair, path, "a committed_epochs item");
+      if (numbers.size() != 2 || !config.committed_epochs.emplace(numbers[0], numbers[1]).second) {
+        corrupt(path, "committed_epochs holds something other than distinct [epoch, step] pairs");
+      }
+    }
+  }
   return config;
 }
 

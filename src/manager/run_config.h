@@ -6,6 +6,7 @@
 // Written atomically (AtomicFile) by the run's one writer.
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,14 @@ struct RunConfig {
   // KeepSteps.
   std::vector<int64_t> keep_forever;
   std::string format;
+  // "ckpt" (step directories) or "returnn" (epoch.NNN.pt files beside
+  // RETURNN's learning_rates: ManagerOptions::layout). A returnn-layout
+  // config makes list_ckpt_run() pass the directory on to the RETURNN lister.
+  std::string layout = "ckpt";
+  // The returnn layout: the epochs this manager committed (recorded before
+  // each commit), with their steps, which RETURNN's names lack. Retention
+  // removes no other epoch.
+  std::map<int64_t, int64_t> committed_epochs;
 };
 
 std::string run_config_json(const RunConfig& config);

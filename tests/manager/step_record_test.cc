@@ -152,6 +152,41 @@ TEST(RunConfigTest, RoundTripsEveryPolicy) {
   EXPECT_EQ(std::get<CustomPolicy>(back.policies[6]).last_kept, (std::vector<int64_t>{4}));
 }
 
+TEST(RunConfigTest, RoundTripsTheReturnnLayout) {
+  detail::RunConfig config;
+  config.format = "torch";
+  config.layout = "returnn";
+  config.committed_epochs = {{3, 300}, {4, 410}};
+  const std::string json = detail::run_config_json(config);
+  const detail::RunConfig back = detail::parse_run_config(json, "x");
+  EXPECT_EQ(back.layout, "returnn");
+  EXPECT_EQ(back.committed_epochs, config.committed_epochs);
+  // The ckpt layout's config stays as it was before layouts (no new keys).
+  detail::RunConfig plain;
+  plain.format = "safetensors";
+  EXPECT_EQ(detail::run_config_json(plain).find("layout"), std::string::npos);
+  EXPECT_EQ(detail::parse_run_config(detail::run_config_json(plain), "x").layout, "ckpt");
+
+  const std::vector<std::pair<std::string, std::string>> defects = {
+      {R"("layout":"returnn")", R"("layout":"flax")"},
+      {R"("layout":"returnn")", R"("layout":7)"},
+      {R"("committed_epochs":[[3,300],[4,410]])", R"("committed_epochs":[[3,300],[3,410]])"},
+      {R"("committed_epochs":[[3,300],[4,410]])", R"("committed_epochs":[[3]])"},
+      {R"(,"committed_epochs":[[3,300],[4,410]])", ""},
+  };
+  for (const auto& [from, to] : defects) {
+    std::string text = json;
+    ASSERT_NE(text.find(from), std::string::npos) << from << " in " << text;
+    text.replace(text.find(from), from.size(), to);
+    try {
+      detail::parse_run_config(text, "run/ckpt_manager.json");
+      ADD_FAILURE() << text << ": accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << text;
+    }
+  }
+}
+
 TEST(RunConfigTest, MalformedConfigsAreCorrupt) {
   const std::string good = R"({"ckpt_version":1,"format":"safetensors","keep_forever":[],"policies":[{"kind":"keep_last","n":2}]})";
   EXPECT_NO_THROW(detail::parse_run_config(good, "x"));
