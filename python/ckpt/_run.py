@@ -320,16 +320,23 @@ class Run:
     # ------------------------------------------------------------ restore
 
     def _load_parts(self, entry: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """(the main state, {file: the model leaves of each file}) of ``entry``."""
         ck = _ckpt()
-        main = self.manager.load(entry.step, framework="torch", lazy=False)
+        main = ck.load(entry.path, framework="torch", lazy=False)
         if not isinstance(main, Mapping) or rs.RUN_KEY not in main or rs.MODEL_KEY not in main:
             raise CheckpointError(f"{entry.path}: not a ckpt.Run checkpoint (its state lacks "
                                   f"'{rs.RUN_KEY}' and '{rs.MODEL_KEY}')")
         parts: Dict[str, Any] = {_MAIN_PART: main[rs.MODEL_KEY]}
         for path in getattr(entry, "parts", None) or []:
             part = os.path.basename(path).split(".", 1)[0]
+            if part == _MAIN_PART:
+                continue
             file = self._file_of_part.get(part, os.path.basename(path))
-            parts[file] = ck.load(path, framework="torch", lazy=False)
+            tree = ck.load(path, framework="torch", lazy=False)
+            if not isinstance(tree, Mapping) or set(tree) != {rs.MODEL_KEY}:
+                raise CheckpointError(f"{path}: not a ckpt.Run module file (a tree other than "
+                                      f"{{'{rs.MODEL_KEY}': ...}})")
+            parts[file] = tree[rs.MODEL_KEY]
         return main, parts
 
     def _restore(self) -> None:
@@ -505,11 +512,13 @@ class Run:
             "rng": rng, "epoch_rng": self._epoch_rng if self._epoch_rng is not None else rng,
             "init_only": list(self._init_only),
         }
-        parts = {self._part_of_file[file]: part for file, part in split.items()}
         options: Dict[str, Any] = {"metrics": self._metrics, "epoch": self._epoch}
-        if parts:
-            options["parts"] = parts
-        self.manager.save(self._global_step, main, **options)
+        if split:  # module files: parts of one commit, each a subtree of the one checkpoint tree
+            parts = {_MAIN_PART: main}
+            parts.update({self._part_of_file[file]: {rs.MODEL_KEY: part} for file, part in split.items()})
+            self.manager.save(self._global_step, parts=parts, **options)
+        else:
+            self.manager.save(self._global_step, main, **options)
         self._metrics = {}
         self.last_saved_step = self._global_step
 

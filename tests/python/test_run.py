@@ -271,7 +271,7 @@ def test_module_files_dedup_and_init_only(tmp_path):
         entries = run.manager.list()
     assert [e.step for e in entries] == [2, 4]
     names = {e.step: sorted(os.path.basename(p) for p in e.parts) for e in entries}
-    assert names == {2: ["encoder.safetensors", "lm.safetensors"], 4: ["encoder.safetensors", "lm.safetensors"]}
+    assert names == {step: ["encoder.safetensors", "lm.safetensors", "state.safetensors"] for step in (2, 4)}
     paths = {e.step: {os.path.basename(p): p for p in e.parts} for e in entries}
     enc2, enc4 = os.stat(paths[2]["encoder.safetensors"]), os.stat(paths[4]["encoder.safetensors"])
     assert enc2.st_ino == enc4.st_ino and enc4.st_nlink >= 2  # the frozen encoder: one file, linked
@@ -280,11 +280,12 @@ def test_module_files_dedup_and_init_only(tmp_path):
     encoder = ckpt.load(paths[4]["encoder.safetensors"], framework="torch")
     lm = ckpt.load(paths[4]["lm.safetensors"], framework="torch")
     main = ckpt.load(entries[-1].path, framework="torch")
-    assert leaf_names(encoder) == ["encoder.bias", "encoder.weight"]
-    assert leaf_names(lm) == ["decoder.lm.bias", "decoder.lm.weight"]
+    # Each file a subtree of the one checkpoint tree: {"model": its parameters}.
+    assert leaf_names(encoder) == ["model.encoder.bias", "model.encoder.weight"]
+    assert leaf_names(lm) == ["model.decoder.lm.bias", "model.decoder.lm.weight"]
     assert leaf_names(main["model"]) == ["decoder.out.bias", "decoder.out.weight"]
     with ckpt.open(paths[4]["lm.safetensors"], framework="torch") as f:
-        assert torch.equal(f.get("decoder.lm.weight"), model.decoder.lm.weight)
+        assert torch.equal(f.get("model.decoder.lm.weight"), model.decoder.lm.weight)
     everything = " ".join(leaf_names(encoder) + leaf_names(lm) + leaf_names(main))
     assert "pretrained_lm" not in everything  # init-only: never saved
 
