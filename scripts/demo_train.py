@@ -235,12 +235,12 @@ sys.exit(0 if ok else 1)
 def fold_and_convert(work: str, run_dir: str, binary: str) -> int:
     say("The final checkpoint as one model file: its main file and the encoder's file, merged")
     entry = ckpt.ls(run_dir).checkpoints[-1]
-    parts = {"state": ckpt.load(entry.path)["model"]}
-    for path in entry.parts:
-        parts[os.path.basename(path)] = ckpt.load(path)
-    merged = ckpt.merge_module_files(parts, files={"encoder": "encoder.safetensors"})
-    print(f"  step {entry.step}: {', '.join(os.path.basename(p) for p in [entry.path, *entry.parts])}; "
-          f"{merged.summary if not merged.ok else 'every parameter from exactly one file'}", flush=True)
+    merged = ckpt.Run.model_state(run_dir, files={"encoder": "encoder.safetensors"})
+    print(f"  step {entry.step}: {', '.join(os.path.basename(p) for p in entry.parts)}; "
+          f"{merged.summary if not merged.ok else 'every parameter from exactly one file'}: "
+          f"{len(merged.state)} tensors", flush=True)
+    if not merged.ok:
+        return 1
     ckpt.save(os.path.join(work, "model.safetensors"), merged.state)
 
     say("Fold the weight norm for inference: head.weight = g * v / ||v||")

@@ -157,13 +157,8 @@ class Run:
         for module in self._files:
             if not module:
                 raise ValueError("files: an empty module name")
-        self._part_of_file = {file: part_name_of(file, format) for file in set(self._files.values())}
-        by_part: Dict[str, str] = {}
-        for file, part in sorted(self._part_of_file.items()):
-            if part in by_part:
-                raise ValueError(f"files: {by_part[part]!r} and {file!r} would be one file {part!r}")
-            by_part[part] = file
-        self._file_of_part = by_part
+        self._file_of_part = _file_names(self._files, format)
+        self._part_of_file = {file: part for part, file in self._file_of_part.items()}
         if isinstance(init_only, str):
             init_only = [init_only]
         self._user_init_only = [str(n) for n in init_only]
@@ -319,30 +314,10 @@ class Run:
 
     # ------------------------------------------------------------ restore
 
-    def _load_parts(self, entry: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        """(the main state, {file: the model leaves of each file}) of ``entry``."""
-        ck = _ckpt()
-        main = ck.load(entry.path, framework="torch", lazy=False)
-        if not isinstance(main, Mapping) or rs.RUN_KEY not in main or rs.MODEL_KEY not in main:
-            raise CheckpointError(f"{entry.path}: not a ckpt.Run checkpoint (its state lacks "
-                                  f"'{rs.RUN_KEY}' and '{rs.MODEL_KEY}')")
-        parts: Dict[str, Any] = {_MAIN_PART: main[rs.MODEL_KEY]}
-        for path in getattr(entry, "parts", None) or []:
-            part = os.path.basename(path).split(".", 1)[0]
-            if part == _MAIN_PART:
-                continue
-            file = self._file_of_part.get(part, os.path.basename(path))
-            tree = ck.load(path, framework="torch", lazy=False)
-            if not isinstance(tree, Mapping) or set(tree) != {rs.MODEL_KEY}:
-                raise CheckpointError(f"{path}: not a ckpt.Run module file (a tree other than "
-                                      f"{{'{rs.MODEL_KEY}': ...}})")
-            parts[file] = tree[rs.MODEL_KEY]
-        return main, parts
-
     def _restore(self) -> None:
         ck = _ckpt()
         entry = next(e for e in self.manager.list() if e.step == self._start.step)
-        main, parts = self._load_parts(entry)
+        main, parts = _read_checkpoint(entry, self._file_of_part, "torch")
         record = main[rs.RUN_KEY]
         version = int(rs._scalar(record.get("version", 0)))
         if version > rs.RUN_RECORD_VERSION:
@@ -522,6 +497,29 @@ class Run:
         self._metrics = {}
         self.last_saved_step = self._global_step
 
+    @staticmethod
+    def model_state(run_dir: PathLike, *, files: Optional[Mapping[str, str]] = None, step: Optional[int] = None,
+                    init_only: Iterable[str] = (), framework: str = "numpy") -> Any:
+        """The model of a Run's checkpoint in ``run_dir`` (the newest, or
+        ``step``) as one state dict: its main file and its module files
+        merged by ``ckpt.merge_module_files`` (``files`` and ``init_only``
+        as the Run had them), without the optimizer and the run's record;
+        tensors in memory as ``framework`` ("numpy" or "torch") has them.
+        Read-only: takes no lock, so a finished or running run can be read.
+        Returns the :class:`ckpt.ModuleFilesReport` (``.state``; ``.ok`` False
+        when a parameter was in two files or the wrong one, or a file is
+        missing). Raises FileNotFoundError for a run without that checkpoint,
+        CheckpointError for one a Run did not write, ValueError as Run does
+        for ``files``."""
+        files = {str(k): v for k, v in (files or {}).items()}
+        ck = _ckpt()
+        entries = [e for e in ck.list_run_directory(run_dir).checkpoints if step is None or e.step == step]
+        if not entries:
+            raise FileNotFoundError(f"{os.fspath(run_dir)}: no checkpoint" + ("" if step is None else f" of step {step}"))
+        entry = entries[-1]
+        _, parts = _read_checkpoint(entry, _file_names(files, ck.detect(entry.path)), framework)
+        return ck.merge_module_files(parts, files=files, init_only=list(init_only), main_file=_MAIN_PART)
+
     # ------------------------------------------------------------ close
 
     def close(self) -> None:
@@ -537,6 +535,42 @@ class Run:
     def __repr__(self) -> str:
         return (f"<ckpt.Run {self.run_dir!r} {self._start.mode} stage={self._stage} epoch={self._epoch} "
                 f"step={self._global_step}>")
+
+
+def _read_checkpoint(entry: Any, file_of_part: Mapping[str, str], framework: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(the main state, {file: the model leaves of each file}) of a Run's
+    checkpoint ``entry``, read into memory (not views of the files, which
+    retention may delete). ``file_of_part``: part name -> the run's file name
+    (other parts keep their file's name). Raises CheckpointError for a
+    checkpoint a Run did not write."""
+    ck = _ckpt()
+    main = ck.load(entry.path, framework=framework, lazy=False)
+    if not isinstance(main, Mapping) or rs.RUN_KEY not in main or rs.MODEL_KEY not in main:
+        raise CheckpointError(f"{entry.path}: not a ckpt.Run checkpoint (its state lacks "
+                              f"'{rs.RUN_KEY}' and '{rs.MODEL_KEY}')")
+    parts: Dict[str, Any] = {_MAIN_PART: main[rs.MODEL_KEY]}
+    for path in getattr(entry, "parts", None) or []:
+        part = os.path.basename(path).split(".", 1)[0]
+        if part == _MAIN_PART:
+            continue
+        tree = ck.load(path, framework=framework, lazy=False)
+        if not isinstance(tree, Mapping) or set(tree) != {rs.MODEL_KEY}:
+            raise CheckpointError(f"{path}: not a ckpt.Run module file (a tree other than "
+                                  f"{{'{rs.MODEL_KEY}': ...}})")
+        parts[file_of_part.get(part, os.path.basename(path))] = tree[rs.MODEL_KEY]
+    return main, parts
+
+
+def _file_names(files: Mapping[str, str], format_id: str) -> Dict[str, str]:
+    """{part name: file name} of a run's ``files``; ValueError as part_name_of,
+    and for two files that would be one part."""
+    by_part: Dict[str, str] = {}
+    for file in sorted(set(files.values())):
+        part = part_name_of(file, format_id)
+        if part in by_part:
+            raise ValueError(f"files: {by_part[part]!r} and {file!r} would be one file {part!r}")
+        by_part[part] = file
+    return by_part
 
 
 def _strings(value: Any) -> List[str]:
