@@ -301,6 +301,94 @@ def test_module_files_dedup_and_init_only(tmp_path):
         if not name.startswith("pretrained_lm"):
             assert torch.equal(again.state_dict()[name], value), name
     assert torch.equal(again.pretrained_lm.weight, lm_init)  # what the init gave it
+    # The model of the newest checkpoint as one state dict, read without the lock.
+    merged = ckpt.Run.model_state(tmp_path / "run", files=files, init_only=["pretrained_lm"], framework="torch")
+    assert merged.ok
+    expected = {k: v for k, v in model.state_dict().items() if not k.startswith("pretrained_lm")}
+    assert sorted(merged.state) == sorted(expected)
+    for name, value in expected.items():
+        assert torch.equal(merged.state[name], value), name
+    with pytest.raises(FileNotFoundError, match="step 3"):
+        ckpt.Run.model_state(tmp_path / "run", files=files, step=3)
+
+
+def test_several_top_level_models_and_a_shared_file(tmp_path):
+    torch.manual_seed(0)
+    models = {"asr": Net(), "lm": Net()}
+    params = [p for m in models.values() for p in m.parameters()]
+    opt = torch.optim.SGD(params, lr=0.1)
+    files = {"lm": "lm.safetensors", "asr.encoder": "lm.safetensors"}  # two modules, one file
+    with ckpt.Run(tmp_path / "run", model=models, optimizer=opt, files=files) as run:
+        for epoch in run.epochs(1):
+            for x, y in run.steps(batches(2)):
+                loss = sum(nn.functional.mse_loss(m(x), y) for m in models.values())
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        entry = run.manager.latest()
+    assert sorted(os.path.basename(p) for p in entry.parts) == ["lm.safetensors", "state.safetensors"]
+    lm_file = ckpt.load([p for p in entry.parts if p.endswith("lm.safetensors")][0])
+    assert leaf_names(lm_file) == sorted("model." + n for n in ["asr.encoder.0.bias", "asr.encoder.0.weight"] +
+                                         ["lm." + k for k in models["lm"].state_dict()])
+    torch.manual_seed(1)
+    again = {"asr": Net(), "lm": Net()}
+    with ckpt.Run(tmp_path / "run", model=again, files=files) as run:
+        with run.init():
+            pass
+    for name in models:
+        same_state(again[name].state_dict(), models[name].state_dict())
+    with pytest.raises(ValueError, match="top-level model name"):
+        ckpt.Run(tmp_path / "other", model={"a.b": Net()})
+
+
+def test_a_crash_inside_an_epoch_continues_there(tmp_path):
+    """An exception in a step (a crash) after a mid-epoch save: the next Run
+    continues inside that epoch, and a loader that is shorter now is an error."""
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="crash"):
+        with ckpt.Run(tmp_path / "run", model=model, optimizer=opt, save_every_steps=2) as run:
+            for epoch in run.epochs(2):
+                for x, y in run.steps(batches(4)):
+                    if run.global_step == 3:
+                        raise RuntimeError("crash")
+                    nn.functional.mse_loss(model(x), y).backward()
+                    opt.step()
+                    opt.zero_grad()
+    assert [e.step for e in ckpt.ls(tmp_path / "run").checkpoints] == [2]
+    again = Net()
+    with ckpt.Run(tmp_path / "run", model=again, optimizer=torch.optim.SGD(again.parameters(), lr=0.1)) as run:
+        with run.init():
+            pass
+        assert (run.epoch, run.epochs_done, run.global_step, run.batch_in_epoch) == (1, 0, 2, 2)
+        for epoch in run.epochs(2):
+            assert epoch == 1
+            with pytest.raises(ValueError, match="after batch 2 of epoch 1, but the loader gives 1 batches"):
+                for _ in run.steps(batches(1)):
+                    pass
+            break
+
+
+def test_not_a_runs_checkpoint_and_bad_reports(tmp_path):
+    with ckpt.Manager(tmp_path / "plain") as manager:
+        manager.save(1, Net().state_dict())
+    with ckpt.Run(tmp_path / "plain", model=Net()) as run:
+        assert run.continued
+        with pytest.raises(ckpt.CheckpointError, match="not a ckpt.Run checkpoint"):
+            with run.init():
+                pass
+    with ckpt.Run(tmp_path / "run", model=Net()) as run:
+        for epoch in run.epochs(1):
+            with pytest.raises(ValueError, match="the loader gave no batch"):
+                for _ in run.steps([]):
+                    pass
+            break
+    with ckpt.Run(tmp_path / "run2", model=Net()) as run:
+        for epoch in run.epochs(1):
+            for _ in run.steps(batches(1)):
+                with pytest.raises(ValueError, match="'dev_loss' is 'low', not a number"):
+                    run.report(dev_loss="low")
 
 
 def test_a_file_missing_from_a_step_is_reported(tmp_path):
