@@ -14,8 +14,9 @@ weight norm folded for inference (`ckpt convert --fold-weight-norm`), and
 the final checkpoint converted to TensorFlow and Flax files, which
 TensorFlow and Flax/JAX read and run.
 
-The training runs are subprocesses of this script (`demo_train.py train
-...`), so that one can be killed for real.
+The training runs are subprocesses of this script (`demo_train.py
+--train-child RUN_DIR PRETRAIN_DIR OUT [--handshake]`), so that one can be
+killed for real.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def run_cli(binary: str, *args: str) -> str:
 
 
 def run_killed(run_dir: str, pretrain_dir: str) -> None:
-    process = child("train", run_dir, pretrain_dir, os.devnull, "--handshake", stdin=subprocess.PIPE)
+    process = child("--train-child", run_dir, pretrain_dir, os.devnull, "--handshake", stdin=subprocess.PIPE)
     try:
         for line in process.stdout:
             if line.startswith("at "):
@@ -236,7 +237,8 @@ def fold_and_convert(work: str, run_dir: str, binary: str) -> int:
     say("The final checkpoint as one model file: its main file and the encoder's file, merged")
     entry = ckpt.ls(run_dir).checkpoints[-1]
     merged = ckpt.Run.model_state(run_dir, files={"encoder": "encoder.safetensors"})
-    print(f"  step {entry.step}: {', '.join(os.path.basename(p) for p in entry.parts)}; "
+    sizes = ", ".join(f"{os.path.basename(p)} ({os.path.getsize(p)} bytes)" for p in entry.parts)
+    print(f"  step {entry.step}: {sizes}; "
           f"{merged.summary if not merged.ok else 'every parameter from exactly one file'}: "
           f"{len(merged.state)} tensors", flush=True)
     if not merged.ok:
@@ -282,7 +284,7 @@ def tour(work: str, binary: str) -> int:
 
     say(f"Train a classifier in a ckpt.Run, uninterrupted, for reference (runs/reference): {EPOCHS} epochs of "
         f"16 batches, encoder preloaded, weight-normed head, save every {SAVE_EVERY} steps and each epoch")
-    reference = child("train", "runs/reference", "runs/pretrain", "reference.pt")
+    reference = child("--train-child", "runs/reference", "runs/pretrain", "reference.pt")
     if reference.wait(timeout=120) != 0:
         return 1
 
@@ -291,7 +293,7 @@ def tour(work: str, binary: str) -> int:
     note(f"  committed: steps {[e.step for e in ckpt.ls('runs/train').checkpoints]}")
 
     say("Restart it: the same command")
-    if child("train", "runs/train", "runs/pretrain", "resumed.pt").wait(timeout=120) != 0:
+    if child("--train-child", "runs/train", "runs/pretrain", "resumed.pt").wait(timeout=120) != 0:
         return 1
 
     say("The resumed run against the uninterrupted one")
@@ -304,7 +306,7 @@ def tour(work: str, binary: str) -> int:
 
 
 def main(argv) -> int:
-    if argv[:1] == ["train"]:
+    if argv[:1] == ["--train-child"]:
         return train(argv[1], argv[2], argv[3], "--handshake" in argv[4:])
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
