@@ -319,7 +319,7 @@ class Run:
         entry = next(e for e in self.manager.list() if e.step == self._start.step)
         main, parts = _read_checkpoint(entry, self._file_of_part, "torch")
         record = main[rs.RUN_KEY]
-        version = int(rs._scalar(record.get("version", 0)))
+        version = int(rs.scalar(record.get("version", 0)))
         if version > rs.RUN_RECORD_VERSION:
             raise CheckpointError(f"{entry.path}: run record version {version} is newer than this ckpt reads "
                                   f"({rs.RUN_RECORD_VERSION})")
@@ -354,10 +354,10 @@ class Run:
                                   f"the model: " + "; ".join(problems))
             error.report = report
             raise error
-        self._epochs_done = int(rs._scalar(record["epochs_done"]))
-        self._global_step = int(rs._scalar(record["global_step"]))
-        self._batch_in_epoch = int(rs._scalar(record["batch_in_epoch"]))
-        self._epoch = int(rs._scalar(record["epoch"]))
+        self._epochs_done = int(rs.scalar(record["epochs_done"]))
+        self._global_step = int(rs.scalar(record["global_step"]))
+        self._batch_in_epoch = int(rs.scalar(record["batch_in_epoch"]))
+        self._epoch = int(rs.scalar(record["epoch"]))
         self._resume = {"rng": record["rng"], "epoch_rng": record["epoch_rng"]}
         rs.set_rng(record["rng"])
         self.last_saved_step = entry.step

@@ -70,7 +70,7 @@ def _array(value: Any, dtype: Any) -> Any:
     return np.asarray(value, dtype=dtype)
 
 
-def _scalar(value: Any) -> Any:
+def scalar(value: Any) -> Any:
     """A stored number as a Python number (a 0-d array or tensor included)."""
     if hasattr(value, "item"):
         return value.item()
@@ -85,10 +85,10 @@ def set_rng(state: Mapping[str, Any]) -> None:
         py = state["python"]
         internal = tuple(int(x) for x in _array(py["state"], np.int64).tolist())
         gauss = py.get("gauss_next")
-        random.setstate((int(_scalar(py["version"])), internal, None if gauss is None else float(_scalar(gauss))))
+        random.setstate((int(scalar(py["version"])), internal, None if gauss is None else float(scalar(gauss))))
         npy = state["numpy"]
-        np.random.set_state((str(npy["kind"]), _array(npy["keys"], np.uint32), int(_scalar(npy["pos"])),
-                             int(_scalar(npy["has_gauss"])), float(_scalar(npy["cached_gaussian"]))))
+        np.random.set_state((str(npy["kind"]), _array(npy["keys"], np.uint32), int(scalar(npy["pos"])),
+                             int(scalar(npy["has_gauss"])), float(scalar(npy["cached_gaussian"]))))
         torch = _torch()
         if torch is not None and "torch" in state:
             torch.set_rng_state(torch.from_numpy(_array(state["torch"], np.uint8).copy()))

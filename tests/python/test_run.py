@@ -9,13 +9,11 @@ Run: .venv/bin/python -m pytest tests/python/test_run.py -q
 """
 
 import os
-import random
 import signal
 import subprocess
 import sys
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
