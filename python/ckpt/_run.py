@@ -286,7 +286,9 @@ class Run:
         optimizer, counters, random generator states) and re-applies the
         "always" preloads. Then the stage is "ready". Raises StageError
         outside stage "setup"; MismatchError (``strict``) for a checkpoint
-        that does not fill the model; what the preloads raise."""
+        that does not fill the model; what the preloads raise; ValueError
+        for a ``files`` module or ``init_only`` name that matches no
+        parameter."""
         self._require("Run.init", ("setup",))
         self._stage = "init"
         yield self
@@ -294,6 +296,9 @@ class Run:
             self._apply_preloads("fresh")
         else:
             self._restore()
+        if self._files or self._init_only:  # a module or init-only name that matches nothing: now, not at the first save
+            _ckpt().split_by_module(self._model_state(), files=self._files, init_only=self._init_only,
+                                    main_file=_MAIN_PART)
         self._stage = "ready"
 
     def _model_state(self) -> Dict[str, Any]:

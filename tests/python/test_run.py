@@ -239,6 +239,10 @@ def test_bad_options(tmp_path):
     with pytest.raises(ValueError, match="epochs"):
         with ckpt.Run(tmp_path / "b", model=Net()) as run:
             run.epochs(-1)
+    with ckpt.Run(tmp_path / "c", model=Net(), files={"decoder": "decoder.safetensors"}) as run:
+        with pytest.raises(ValueError, match="decoder"):  # no such module: at the init's end, not at a save
+            with run.init():
+                pass
 
 
 # ------------------------------------------------------------ files, init-only, preloads
