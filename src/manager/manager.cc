@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -226,48 +227,76 @@ struct Manager::Impl {
     if (fs::exists(fs::symlink_status(final_path, status_error))) {
       invalid("step directory exists already and is not one this manager committed", final_path);
     }
-    // Each part's file name and digest (dedup off: no digest, no pass over
-    // the bytes for it); the first part is the record's state.
-    std::vector<detail::RecordedPart> parts;
-    for (const StatePart& part : job.parts) {
-      parts.push_back({.state = detail::part_file_name(*format, part.name),
-                       .digest = options.dedup ? detail::state_digest(part.state) : std::string()});
-    }
-    detail::StepRecord record{.step = job.step,
-                              .epoch = job.options.epoch,
-                              .metrics = job.options.metrics,
-                              .time = 0,
-                              .format = std::string(format->id()),
-                              .state = parts.front().state,
-                              .state_digest = parts.front().digest,
-                              .parts = std::vector<detail::RecordedPart>(parts.begin() + 1, parts.end()),
-                              .files = {}};
-    detail::AtomicDirectory directory(final_path, {.fsync = options.fsync, .files_synced = true});
     std::optional<detail::StepRecord> previous;
     {
       std::lock_guard<std::mutex> guard(mutex);
       previous = last_record;
     }
-    std::vector<detail::RecordedFile> linked_files;  // of the parts linked from the previous step
-    std::set<std::string> linked_paths;
-    for (size_t i = 0; i < job.parts.size(); ++i) {
-      if (options.dedup && previous && previous->format == record.format && !parts[i].digest.empty() &&
-          previous_digest(*previous, parts[i].state) == parts[i].digest) {
+    detail::AtomicDirectory directory(final_path, {.fsync = options.fsync, .files_synced = true});
+    // Each part on its own: its digest (dedup off: none, no pass over the
+    // bytes for it), then its files linked from the previous step when the
+    // digest is the same, else written. Several parts run in parallel, so
+    // that a frozen part's digest overlaps the trained part's write.
+    struct PartDone {
+      std::string digest;
+      std::vector<detail::RecordedFile> linked;  // empty: written
+    };
+    std::vector<std::string> names;
+    for (const StatePart& part : job.parts) names.push_back(detail::part_file_name(*format, part.name));
+    const std::string format_id(format->id());
+    const auto commit_part = [&](size_t i) {
+      PartDone done;
+      if (options.dedup) done.digest = detail::state_digest(job.parts[i].state);
+      if (!done.digest.empty() && previous && previous->format == format_id &&
+          previous_digest(*previous, names[i]) == done.digest) {
         std::vector<detail::RecordedFile> files;
         for (const detail::RecordedFile& file : previous->files) {
-          if (detail::file_of_part(file.path, parts[i].state)) files.push_back(file);
+          if (detail::file_of_part(file.path, names[i])) files.push_back(file);
         }
         if (!files.empty() &&
             detail::link_state_files(step_dir(previous->step), directory.path(), files, options.fsync)) {
-          for (detail::RecordedFile& file : files) {
-            linked_paths.insert(file.path);
-            linked_files.push_back(std::move(file));
-          }
-          continue;
+          done.linked = std::move(files);
+          return done;
         }
       }
-      ckpt::save(directory.path() / parts[i].state, job.parts[i].state,
-                 {.format = record.format, .fsync = options.fsync, .state_file = StateFilePolicy::kLeave});
+      ckpt::save(directory.path() / names[i], job.parts[i].state,
+                 {.format = format_id, .fsync = options.fsync, .state_file = StateFilePolicy::kLeave});
+      return done;
+    };
+    std::vector<PartDone> parts_done(job.parts.size());
+    if (job.parts.size() == 1) {
+      parts_done[0] = commit_part(0);
+    } else {
+      std::vector<std::future<PartDone>> tasks;
+      for (size_t i = 0; i < job.parts.size(); ++i) tasks.push_back(std::async(std::launch::async, commit_part, i));
+      std::exception_ptr failure;  // the first, after every task has ended
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        try {
+          parts_done[i] = tasks[i].get();
+        } catch (...) {
+          if (!failure) failure = std::current_exception();
+        }
+      }
+      if (failure) std::rethrow_exception(failure);
+    }
+    std::vector<detail::RecordedPart> parts;
+    for (size_t i = 0; i < names.size(); ++i) parts.push_back({.state = names[i], .digest = parts_done[i].digest});
+    detail::StepRecord record{.step = job.step,
+                              .epoch = job.options.epoch,
+                              .metrics = job.options.metrics,
+                              .time = 0,
+                              .format = format_id,
+                              .state = parts.front().state,
+                              .state_digest = parts.front().digest,
+                              .parts = std::vector<detail::RecordedPart>(parts.begin() + 1, parts.end()),
+                              .files = {}};
+    std::vector<detail::RecordedFile> linked_files;  // of the parts linked from the previous step
+    std::set<std::string> linked_paths;
+    for (PartDone& done : parts_done) {
+      for (detail::RecordedFile& file : done.linked) {
+        linked_paths.insert(file.path);
+        linked_files.push_back(std::move(file));
+      }
     }
     record.files = detail::record_state_files(directory.path(), linked_paths);
     record.files.insert(record.files.end(), linked_files.begin(), linked_files.end());

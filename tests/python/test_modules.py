@@ -285,3 +285,40 @@ def test_preload_from_a_run_directory_takes_its_latest(tmp_path):
     assert torch.equal(report.state["encoder.norm.weight"], torch.full((4,), 2.0))
     latest = ckpt.Manager(tmp_path / "pre", read_only=True).latest()
     assert latest.step == 2 and report.preloads[0].source == latest.path
+
+
+def test_flax_params_tree_by_module(tmp_path):
+    """A real Flax model's nested params tree: a module is a prefix of it
+    ("params.encoder"), its subtree goes to its file, and the files come back
+    to the same tree (jax arrays become numpy arrays)."""
+    jax = pytest.importorskip("jax")
+    nn_flax = pytest.importorskip("flax.linen")
+
+    class Encoder(nn_flax.Module):
+        @nn_flax.compact
+        def __call__(self, x):
+            return nn_flax.Dense(4)(nn_flax.Dense(4)(x))
+
+    class Net(nn_flax.Module):
+        @nn_flax.compact
+        def __call__(self, x):
+            return nn_flax.Dense(2, name="head")(Encoder(name="encoder")(x))
+
+    variables = Net().init(jax.random.PRNGKey(0), np.zeros((1, 3), np.float32))
+    tree = jax.tree_util.tree_map(np.asarray, jax.device_get(dict(variables)))
+    tree = {"params": {k: dict(v) for k, v in tree["params"].items()}}
+    parts = ckpt.split_by_module(tree, files={"params.encoder": "encoder"})
+    assert list(parts) == ["state", "encoder"]
+    assert list(parts["encoder"]["params"]) == ["encoder"]
+    assert list(parts["state"]["params"]) == ["head"]
+    with ckpt.Manager(tmp_path / "run") as manager:
+        manager.save(1, parts=parts)
+        entry = manager.latest()
+    loaded = {os.path.basename(p).split(".")[0]: ckpt.load(p) for p in entry.parts}
+    report = ckpt.merge_module_files(loaded, files={"params.encoder": "encoder"}, order_like=tree)
+    assert report.ok, report.summary
+    flat_in = jax.tree_util.tree_leaves_with_path(tree)
+    flat_out = dict(jax.tree_util.tree_leaves_with_path(report.state))
+    assert len(flat_in) == len(flat_out)
+    for path, value in flat_in:
+        np.testing.assert_array_equal(flat_out[path], value)
