@@ -15,6 +15,8 @@ while they live.
         w = f.get("encoder.layers.0.weight")
     report = ckpt.restore(model, "old.pt", strict=False)   # fills the model, reports the rest
     ckpt.weight_norm(model.conv)   # eager weight norm: raw g, v stored; weight recomputed when they change
+    with ckpt.Run("runs/a", model=model, optimizer=opt, save_every_steps=100) as run:   # stages, resume
+        ...
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ._weight_norm import convert_weight_norm_names, find_weight_norms, fold_wei
 from ._modules import (ModuleFilesReport, Preload, PreloadReport, PreloadResult, apply_preloads, merge_module_files,
                        module_file_of, split_by_module)
 from ._formula import formula_function
+from ._run import STAGES, Run, StageError
 
 _TORCH_ONLY = ("weight_norm", "reparametrize", "reparametrizations", "Reparametrization")  # from _reparam
 
@@ -86,6 +89,7 @@ __all__ = [
     "split_by_module", "merge_module_files", "module_file_of", "ModuleFilesReport",
     "Preload", "PreloadResult", "PreloadReport", "apply_preloads",
     "formula_function", "weight_norm", "reparametrize", "reparametrizations", "Reparametrization",
+    "Run", "StageError", "STAGES",
 ]
 __version__ = _ckpt.__version__
 
