@@ -198,6 +198,11 @@ Snapshot snapshot_state(const Tree& state, Buffer spare) {
   if (total == 0) return snapshot;
   snapshot.block = spare.size() >= total && spare.writable() ? std::move(spare) : Buffer::allocate(total);
   std::map<MemoryKey, Tensor> copied;  // by the memory they viewed: ties stay tied
+  struct Copy {
+    Tensor source;
+    Buffer target;
+  };
+  std::vector<Copy> copies;
   size_t offset = 0;
   snapshot.state.for_each_tensor([&](Tensor& tensor) {
     if (!caller_can_change(tensor)) return;
@@ -212,9 +217,35 @@ Snapshot snapshot_state(const Tree& state, Buffer spare) {
     }
     Buffer target = snapshot.block.slice(offset, tensor.nbytes());
     offset += aligned(tensor.nbytes());
-    tensor.read_into(target.mutable_bytes());  // a view of lent or heap memory is gathered
+    copies.push_back({.source = tensor, .target = target});
     tensor = Tensor(tensor.dtype(), tensor.shape(), std::move(target));
     if (address != nullptr) copied.emplace(key, tensor);
+  });
+  // The copies themselves, in parallel (the caller waits for them): pieces of
+  // at most kPiece bytes of contiguous memory; a view that must be gathered
+  // (a strided view of lent or heap memory) is one piece.
+  constexpr size_t kPiece = size_t{4} << 20;
+  struct Piece {
+    size_t copy, offset, size;
+  };
+  std::vector<Piece> pieces;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const size_t size = copies[i].source.nbytes();
+    if (copies[i].source.buffer().deferred()) {
+      pieces.push_back({i, 0, size});
+      continue;
+    }
+    for (size_t at = 0; at < size; at += kPiece) pieces.push_back({i, at, std::min(kPiece, size - at)});
+  }
+  parallel_for(pieces.size(), 0, [&](size_t index, unsigned) {
+    const Piece& piece = pieces[index];
+    Copy& copy = copies[piece.copy];
+    if (copy.source.buffer().deferred()) {
+      copy.source.read_into(copy.target.mutable_bytes());  // gathered
+    } else {
+      std::memcpy(copy.target.mutable_bytes().data() + piece.offset, copy.source.bytes().data() + piece.offset,
+                  piece.size);
+    }
   });
   return snapshot;
 }
