@@ -481,3 +481,13 @@ def test_async_save_copies_arrays_but_not_mapped_ones(tmp_path):
                                       np.ones(size // 4, dtype=np.float32))
     assert grown["copy"] >= size * 3 // 4, grown
     assert grown["mapped"] < size // 4, grown
+
+
+def test_load_latest(tmp_path):
+    with ckpt.Manager(tmp_path / "run") as manager:
+        assert manager.load_latest() is None
+        manager.save(3, {"w": np.full(2, 3.0)})
+        manager.save(7, {"w": np.full(2, 7.0)}, blocking=False)
+        manager.wait()
+        np.testing.assert_array_equal(manager.load_latest()["w"], np.full(2, 7.0))
+        assert torch.is_tensor(manager.load_latest(framework="torch")["w"])
