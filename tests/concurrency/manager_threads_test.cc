@@ -60,5 +60,53 @@ TEST(ManagerThreadsTest, ReadersDuringAsyncSavesAndPruning) {
   EXPECT_EQ(steps, (std::vector<int64_t>{saves - 1, saves}));
 }
 
+// A state saved in parts, asynchronously: the parts of each step are
+// committed on threads of their own (each hashing its tensors in parallel,
+// the snapshot copied in parallel), the frozen part linked from the step
+// before; a reader loads the union of what it lists meanwhile.
+TEST(ManagerThreadsTest, PartsCommittedInParallelWhileReading) {
+  TempDir dir;
+  const auto run = dir / "run";
+  Manager writer(run, {.keep_last = 2, .max_in_flight = 2, .fsync = false});
+  Tree frozen = Tree::map();
+  frozen.set("frozen", crash_state(0, kElements));
+  const auto parts_of = [&](int64_t step) {
+    Tree trained = Tree::map();
+    trained.set("trained", crash_state(step, kElements));
+    return std::vector<StatePart>{{.name = "frozen", .state = frozen}, {.name = "trained", .state = trained}};
+  };
+  writer.save(1, parts_of(1));
+  const int saves = env_number("CKPT_CONCURRENT_SAVES", 30) / 2;
+  std::atomic<bool> done{false};
+  std::atomic<int> loads{0};
+  std::atomic<int> wrong{0};
+  std::thread reader([&] {
+    Manager reading(run, {.read_only = true});
+    while (!done.load()) {
+      for (const CheckpointEntry& entry : reading.list()) {
+        try {
+          const Tree tree = load_checkpoint(entry);
+          ++loads;
+          if (!(tree.at("frozen") == frozen.at("frozen")) || crash_step(tree.at("trained")) != *entry.step) ++wrong;
+        } catch (const Error& error) {
+          if (error.code() != ErrorCode::kNotFound) ++wrong;  // pruned between the listing and the load
+        }
+      }
+    }
+  });
+  for (int64_t step = 2; step <= saves; ++step) {
+    writer.save(step, parts_of(step), {.blocking = step % 4 == 0});
+  }
+  writer.wait();
+  done = true;
+  reader.join();
+  writer.close();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(loads.load(), 0);
+  const std::vector<CheckpointEntry> entries = list_run_directory(run).checkpoints;
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[1].parts.size(), 2u);
+}
+
 }  // namespace
 }  // namespace ckpt
