@@ -7,7 +7,10 @@ without touching them. Tiny torch models throughout.
 Run: .venv/bin/python -m pytest tests/interop/test_returnn_interop.py -q
 """
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -15,10 +18,8 @@ from torch import nn
 
 import ckpt
 
-returnn_config = pytest.importorskip("returnn.config")
-from returnn.engine.base import EngineBase  # noqa: E402
+pytest.importorskip("returnn.learning_rate_control")
 from returnn.learning_rate_control import ConstantLearningRate  # noqa: E402
-from returnn.util.basic import BackendEngine  # noqa: E402
 
 
 def model(seed):
@@ -33,11 +34,27 @@ def optimizer_for(net):
     return opt
 
 
+_MODEL_SEARCH = """
+import json, sys
+from returnn.config import Config
+from returnn.engine.base import EngineBase
+from returnn.util.basic import BackendEngine
+config = Config({"model": sys.argv[1], "num_epochs": int(sys.argv[2]), "task": sys.argv[3], "backend": "torch"})
+BackendEngine.select_engine(config=config)
+print(json.dumps([EngineBase.get_existing_models(config), EngineBase.get_epoch_model(config)]))
+"""
+
+
 def returnn_models(run_dir, num_epochs, task="train"):
-    config = returnn_config.Config({"model": os.path.join(str(run_dir), "epoch"), "num_epochs": num_epochs,
-                                    "task": task, "backend": "torch"})
-    BackendEngine.select_engine(config=config)
-    return EngineBase.get_existing_models(config), EngineBase.get_epoch_model(config)
+    """RETURNN's own model search over run_dir (EngineBase.get_existing_models
+    and get_epoch_model), in a subprocess: selecting RETURNN's backend engine
+    turns off TensorFlow's eager mode for the whole process, which the other
+    interop tests need."""
+    result = subprocess.run([sys.executable, "-c", _MODEL_SEARCH, os.path.join(str(run_dir), "epoch"),
+                             str(num_epochs), task], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    existing, (epoch, filename) = json.loads(result.stdout.strip().splitlines()[-1])
+    return {int(k): v for k, v in existing.items()}, (epoch, filename)
 
 
 def test_returnn_reads_what_the_returnn_layout_wrote(tmp_path):
