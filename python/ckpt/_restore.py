@@ -422,7 +422,10 @@ def restore(target: Any, source: Any, *, strict: bool = True, defaults: Any = No
     markers: list = []
     if module is not None:
         state = module.state_dict(keep_vars=True)
-        nest = {name: _leaf_in(value, True) for name, value in state.items()}
+        # A module's tensors on an accelerator are targets by shape and dtype:
+        # never copied to the host only to be compared.
+        nest = {name: TensorSpec(value.shape, value.dtype, value) if value.device.type not in ("cpu", "meta")
+                else _leaf_in(value, True) for name, value in state.items()}
     else:
         nest = to_nest(target, _markers=markers, _target=True)
     fw = "torch" if module is not None or _has_torch_leaf(nest) else "numpy"
@@ -438,10 +441,18 @@ def restore(target: Any, source: Any, *, strict: bool = True, defaults: Any = No
     if module is not None:
         torch = _module("torch")
         with torch.no_grad():
+            ringed = []  # host values for tensors on an accelerator: through the pinned ring (docs/gpu.md)
             for path, value, _ in result["filled"]:
                 if len(path) != 1:  # the state dict is flat: only the whole of it has another path
                     raise ValueError("a default for a whole module must be ckpt.KEEP or declared per entry")
-                state[path[0]].copy_(_as_torch(value))
+                destination, source = state[path[0]], _as_torch(value)
+                if destination.device.type not in ("cpu", "meta") and source.device.type == "cpu":
+                    ringed.append((path[0], source, destination))
+                else:
+                    destination.copy_(source)
+            if ringed:
+                from . import _device
+                _device.fill(ringed)
         report.tree = module
         return report
     report.tree = _rebuild(target, _trie(result["filled"]))
