@@ -271,6 +271,42 @@ def _ring_size(total: int, buffers: int, buffer_bytes: int) -> Tuple[int, int]:
     return count, size
 
 
+_MADV_WILLNEED = 3
+_madvise: Any = None
+
+
+def _advise_willneed(address: int, nbytes: int) -> None:
+    """Ask the kernel to start reading [address, address + nbytes) of a
+    mapping (``madvise(MADV_WILLNEED)``): read-ahead of the file pages the
+    ring will copy next, while the current ones are copied. Advice only:
+    nothing happens where the platform lacks it or the call fails."""
+    global _madvise
+    if _madvise is None:
+        _madvise = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                libc = ctypes.CDLL(None, use_errno=True)
+                function = libc.madvise
+                function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                function.restype = ctypes.c_int
+                _madvise = function
+            except (OSError, AttributeError):
+                _madvise = False
+    if not _madvise or nbytes <= 0 or address == 0:
+        return
+    import mmap
+
+    start = address - address % mmap.PAGESIZE
+    _madvise(start, address + nbytes - start, _MADV_WILLNEED)
+
+
+def _prefetch(jobs: Sequence[_Job], fill_: Sequence[Tuple[int, int, int, int]]) -> None:
+    for index, offset, n, _ in fill_:
+        _advise_willneed(jobs[index].host.data_ptr() + offset, n)
+
+
 def _run_to_device(jobs: Sequence[_Job], copier: Any, buffers: int, buffer_bytes: int) -> None:
     total = sum(int(job.host.numel()) for job in jobs)
     if total == 0:
@@ -279,8 +315,12 @@ def _run_to_device(jobs: Sequence[_Job], copier: Any, buffers: int, buffer_bytes
     fills = _plan(jobs, size)
     ring = _Ring(copier, count, size)
     try:
+        for ahead in fills[:count]:
+            _prefetch(jobs, ahead)
         for sequence, fill_ in enumerate(fills):
             slot = sequence % count
+            if sequence + count < len(fills):  # read-ahead: the file pages of the fill after the ring's turn
+                _prefetch(jobs, fills[sequence + count])
             ring.wait(slot)  # its last copy is done: it may be refilled
             buffer = ring.buffers[slot]
             for index, offset, n, at in fill_:  # the read

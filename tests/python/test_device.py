@@ -393,3 +393,16 @@ def test_cuda_round_trip(tmp_path):
     ckpt.save(path, {"weight": state["big"], "bias": torch.zeros(50)})
     ckpt.restore(model, path)
     _assert_same(model.weight.detach().cpu(), state["big"])
+
+
+def test_read_ahead_advice_is_harmless(tmp_path):
+    """madvise(MADV_WILLNEED) on the mapped file's pages, unaligned and empty
+    ranges included, leaves the bytes as they are."""
+    path = tmp_path / "m.safetensors"
+    want = torch.arange(5000, dtype=torch.int32)
+    ckpt.save(path, {"w": want})
+    loaded = ckpt.load(path, framework="torch")["w"]
+    _device._advise_willneed(loaded.data_ptr() + 3, 1000)
+    _device._advise_willneed(loaded.data_ptr(), 0)
+    _device._advise_willneed(0, 100)
+    _assert_same(loaded, want)
