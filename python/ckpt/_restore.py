@@ -408,7 +408,12 @@ def restore(target: Any, source: Any, *, strict: bool = True, defaults: Any = No
     - ``prefix`` / ``only``: restore only the entries under a name, or
       matching globs; the rest of the target is left alone and unreported.
     - ``rename``: applied to the checkpoint's names first (see
-      :func:`rename_steps`)."""
+      :func:`rename_steps`).
+
+    A module whose tensors are on a GPU is compared by shape and dtype (its
+    tensors are not copied to the host) and filled through the ring of
+    pinned host buffers of docs/gpu.md, straight from the mapped file when
+    ``source`` is a path."""
     cast_any, casts = _cast_options(cast)
     only_list = [only] if isinstance(only, str) else list(only or ())
     common = dict(strict=strict, cast=cast_any, casts=casts, prefix=prefix or "", only=only_list,
