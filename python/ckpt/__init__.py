@@ -198,7 +198,7 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     if device is not None:
         from . import _device
         if framework not in ("torch", "pt"):
-            if not (isinstance(device, str) and device == "cpu"):
+            if str(device) != "cpu":
                 raise ValueError(f"device={device!r} needs framework=\"torch\" (got framework={framework!r})")
         else:
             target = _device.parse_device(device)

@@ -143,6 +143,7 @@ class CudaCopier:
         # are ordered before the side stream's copies.
         self.stream.wait_stream(torch.cuda.current_stream(device))
         self.pinned = True
+        self._allocated = False  # device memory allocated since the side stream last waited
 
     def host_buffer(self, nbytes: int) -> Any:
         torch = _torch()
@@ -157,10 +158,16 @@ class CudaCopier:
 
     def empty(self, nbytes: int) -> Any:
         torch = _torch()
+        self._allocated = True
         return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
     def to_device(self, dst: Any, src: Any, piece: Piece) -> None:
         torch = _torch()
+        if self._allocated:
+            # Memory the caching allocator handed out on the current stream may
+            # still be in use there by work queued before it was freed.
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            self._allocated = False
         with torch.cuda.stream(self.stream):
             dst.copy_(src, non_blocking=True)
 

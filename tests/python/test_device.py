@@ -268,6 +268,9 @@ def test_load_to_cpu_device_through_the_host_copier(tmp_path):
     got = _device.load(path, "cpu", buffers=2, buffer_bytes=512)
     for name in ("big", "bf16", "flags", "scalar", "empty", "c64"):
         _assert_same(got[name], state[name])
+    renamed = _device.load(path, "cpu", rename={"nested": "inner"}, buffer_bytes=512)
+    _assert_same(renamed["inner"]["w"], state["nested"]["w"])
+    assert "nested" not in renamed
 
 
 def test_to_host_through_the_ring(fake):
@@ -352,9 +355,11 @@ def test_ckpt_load_device_argument(tmp_path):
     state = {"w": torch.randn(4, 4), "b": torch.ones(3, dtype=torch.bfloat16)}
     path = tmp_path / "m.safetensors"
     ckpt.save(path, state)
-    on_cpu = ckpt.load(path, framework="torch", device="cpu")
-    for name in state:
-        _assert_same(on_cpu[name], state[name])
+    for device in ("cpu", torch.device("cpu")):
+        on_cpu = ckpt.load(path, framework="torch", device=device)
+        for name in state:
+            _assert_same(on_cpu[name], state[name])
+    assert ckpt.load(path, device="cpu")["w"].shape == (4, 4)  # numpy, on the CPU: today's load
     with pytest.raises(ValueError, match="bogus"):
         ckpt.load(path, framework="torch", device="bogus")
     with pytest.raises(ValueError):
