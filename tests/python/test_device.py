@@ -243,7 +243,8 @@ def test_a_buffer_is_not_refilled_before_its_copy_completed(tmp_path):
 
 def test_torch_file_ties_and_views_share_device_bytes(tmp_path, fake):
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
-    state = {"a": base, "tied": base, "t": base.t(), "row": base[1], "other": torch.ones(5, dtype=torch.int16)}
+    state = {"a": base, "tied": base, "t": base.t(), "row": base[1], "col": base[:, 2],
+             "other": torch.ones(5, dtype=torch.int16)}
     path = tmp_path / "m.pt"
     torch.save(state, path)
     want = torch.load(path, weights_only=True)
@@ -257,8 +258,11 @@ def test_torch_file_ties_and_views_share_device_bytes(tmp_path, fake):
     assert got["a"].untyped_storage().data_ptr() == got["row"].untyped_storage().data_ptr()
     assert sum(p.size for p in _pieces(fake)) == 24 * 4 + 5 * 2
     assert fake.device_allocations == 2
+    assert want["col"].storage_offset() == 2  # a view into the middle of the storage
     got["a"][0, 0] = 100.0  # shared on the device as in torch.load's result
     assert got["t"][0, 0].item() == 100.0 and got["tied"][0, 0].item() == 100.0
+    got["a"][3, 2] = -1.0
+    assert got["col"][3].item() == -1.0
 
 
 def test_load_to_cpu_device_through_the_host_copier(tmp_path):
@@ -411,3 +415,19 @@ def test_read_ahead_advice_is_harmless(tmp_path):
     _device._advise_willneed(loaded.data_ptr(), 0)
     _device._advise_willneed(0, 100)
     _assert_same(loaded, want)
+
+
+def test_overlapping_views_without_a_whole_storage(tmp_path, fake):
+    """Two views of one torch storage that overlap, neither covering the
+    other: one region of the bytes they span, copied once, shared."""
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    path = tmp_path / "m.pt"
+    torch.save({"x": base[0:2], "y": base[1:3]}, path)
+    want = torch.load(path, weights_only=True)
+    got = _device.load(path, None, copier=fake, buffer_bytes=16)
+    for name in ("x", "y"):
+        _assert_same(got[name], want[name])
+    assert fake.device_allocations == 1
+    assert sum(p.size for p in _pieces(fake)) == 3 * 6 * 4
+    got["x"][1, 0] = 50.0
+    assert got["y"][0, 0].item() == 50.0
