@@ -400,8 +400,17 @@ def test_cuda_round_trip(tmp_path):
         _assert_same(back[name], state[name])
     model = torch.nn.Linear(37, 50).cuda()
     ckpt.save(path, {"weight": state["big"], "bias": torch.zeros(50)})
+    weight = model.weight
     ckpt.restore(model, path)
+    assert model.weight is weight and weight.is_cuda  # filled in place
     _assert_same(model.weight.detach().cpu(), state["big"])
+    nest = {"weight": torch.zeros(50, 37, device="cuda"), "bias": torch.ones(50, device="cuda"), "cpu": torch.zeros(2)}
+    ckpt.save(path, {"weight": state["big"], "cpu": torch.ones(2)})
+    report = ckpt.restore(nest, path, defaults={"bias": ckpt.KEEP})
+    assert report.tree["weight"].is_cuda and report.tree["bias"].is_cuda
+    _assert_same(report.tree["weight"].cpu(), state["big"])
+    _assert_same(report.tree["bias"].cpu(), torch.ones(50))
+    _assert_same(report.tree["cpu"], torch.ones(2))
 
 
 def test_read_ahead_advice_is_harmless(tmp_path):
