@@ -137,29 +137,13 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     options = dict(format=format or "", metadata=None if metadata is None else dict(metadata), extras=extras,
                    checksum=checksum, fsync=fsync, threads=threads, max_shard_bytes=max_shard_bytes)
     from . import _device
-    if _device.has_device_tensor(state):  # CUDA tensors: to the host through the pinned ring (docs/gpu.md)
-        state = _device.to_host(to_nest(state) if _has_dataclass(state) else state)
+    state = _device.host_state(state)  # CUDA tensors: to the host through the pinned ring (docs/gpu.md)
     with _no_gc():
         try:
             _ckpt.save(_path(path), state, **options)
         except TypeError:
             nest = to_nest(state)  # dataclasses, NamedTuples: plain dicts and lists, then try again
             _ckpt.save(_path(path), nest, **options)
-
-
-def _has_dataclass(state: Any) -> bool:
-    import dataclasses
-
-    stack = [state]
-    while stack:
-        value = stack.pop()
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return True
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, (list, tuple)):
-            stack.extend(value)
-    return False
 
 
 def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,

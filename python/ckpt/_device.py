@@ -39,7 +39,7 @@ DEFAULT_BUFFERS = 4
 DEFAULT_BUFFER_BYTES = 32 << 20
 
 __all__ = ["Piece", "CudaCopier", "HostCopier", "parse_device", "copier_for", "copy_to_device", "copy_to_host",
-           "load", "to_host", "fill", "DEFAULT_BUFFERS", "DEFAULT_BUFFER_BYTES"]
+           "load", "to_host", "fill", "host_state", "has_device_tensor", "DEFAULT_BUFFERS", "DEFAULT_BUFFER_BYTES"]
 
 
 def _torch() -> Any:
@@ -602,20 +602,44 @@ def fill(pairs: Iterable[Tuple[str, Any, Any]], *, copier_of: Optional[Callable[
         copy_to_device(jobs, copier_of(device), buffers=buffers, buffer_bytes=buffer_bytes)
 
 
-def has_device_tensor(state: Any) -> bool:
-    """Whether ``state`` holds a torch tensor on a CUDA device (False without
-    torch imported, or without CUDA initialized)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return False
+def _scan(state: Any) -> Tuple[bool, bool]:
+    """(holds a CUDA tensor, holds a dataclass), through dicts, lists,
+    tuples and dataclass fields."""
+    import dataclasses
+
+    torch = sys.modules["torch"]
+    cuda = dataclass = False
     stack = [state]
     while stack:
         value = stack.pop()
         if isinstance(value, torch.Tensor):
-            if value.is_cuda:
-                return True
+            cuda = cuda or value.is_cuda
         elif isinstance(value, dict):
             stack.extend(value.values())
         elif isinstance(value, (list, tuple)):
             stack.extend(value)
-    return False
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            dataclass = True
+            stack.extend(getattr(value, f.name) for f in dataclasses.fields(value))
+    return cuda, dataclass
+
+
+def has_device_tensor(state: Any) -> bool:
+    """Whether ``state`` holds a torch tensor on a CUDA device (False without
+    torch imported, or without CUDA initialized: then none can exist)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return False
+    return _scan(state)[0]
+
+
+def host_state(state: Any) -> Any:
+    """What ``ckpt.save`` and ``Manager.save`` write: ``state`` itself, or,
+    when it holds CUDA tensors, the state with those copied to the host
+    through the ring (:func:`to_host`; dataclasses and NamedTuples first
+    made plain dicts, as the writer would)."""
+    if not has_device_tensor(state):
+        return state
+    from ._restore import to_nest
+
+    return to_host(to_nest(state) if _scan(state)[1] else state)

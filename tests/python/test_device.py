@@ -411,6 +411,12 @@ def test_cuda_round_trip(tmp_path):
     _assert_same(report.tree["weight"].cpu(), state["big"])
     _assert_same(report.tree["bias"].cpu(), torch.ones(50))
     _assert_same(report.tree["cpu"], torch.ones(2))
+    with ckpt.Manager(tmp_path / "run") as manager:
+        manager.save(1, {"w": got["big"], "b": got["bf16"]}, blocking=False)
+        manager.wait()
+        back = manager.load(1, framework="torch")
+        _assert_same(back["w"], state["big"])
+        _assert_same(back["b"], state["bf16"])
 
 
 def test_read_ahead_advice_is_harmless(tmp_path):
@@ -440,3 +446,8 @@ def test_overlapping_views_without_a_whole_storage(tmp_path, fake):
     assert sum(p.size for p in _pieces(fake)) == 3 * 6 * 4
     got["x"][1, 0] = 50.0
     assert got["y"][0, 0].item() == 50.0
+
+
+def test_host_state_without_cuda_is_the_state_itself():
+    state = {"w": torch.randn(3), "n": [1, 2]}
+    assert _device.host_state(state) is state
