@@ -266,6 +266,13 @@ class _Ring:
         if error is not None:
             raise error
 
+    def close_after_error(self) -> None:
+        """close() while an error propagates: that error is the one raised."""
+        try:
+            self.close()
+        except BaseException:
+            pass
+
 
 def _ring_size(total: int, buffers: int, buffer_bytes: int) -> Tuple[int, int]:
     if int(buffers) < 1:
@@ -337,8 +344,10 @@ def _run_to_device(jobs: Sequence[_Job], copier: Any, buffers: int, buffer_bytes
                 copier.to_device(job.device[offset:offset + n], buffer[at:at + n],
                                  Piece(job.name, offset, n, slot, at, sequence))
             ring.events[slot] = copier.record()
-    finally:
-        ring.close()
+    except BaseException:
+        ring.close_after_error()
+        raise
+    ring.close()
 
 
 def _run_to_host(jobs: Sequence[_Job], copier: Any, buffers: int, buffer_bytes: int) -> None:
@@ -371,8 +380,10 @@ def _run_to_host(jobs: Sequence[_Job], copier: Any, buffers: int, buffer_bytes: 
             pending[slot] = fill_
         for step in range(count):  # the last fills, oldest first
             drain((len(fills) + step) % count)
-    finally:
-        ring.close()
+    except BaseException:
+        ring.close_after_error()
+        raise
+    ring.close()
 
 
 def copy_to_device(jobs: Iterable[Tuple[str, Any, Any]], copier: Any, *, buffers: int = DEFAULT_BUFFERS,

@@ -451,3 +451,15 @@ def test_overlapping_views_without_a_whole_storage(tmp_path, fake):
 def test_host_state_without_cuda_is_the_state_itself():
     state = {"w": torch.randn(3), "n": [1, 2]}
     assert _device.host_state(state) is state
+
+
+def test_a_failing_device_to_host_copy_raises_and_frees_the_buffers():
+    state = {f"w{i}": torch.full((100,), float(i)) for i in range(10)}
+    failing = FakeDevice(fail_at=5)
+    try:
+        with pytest.raises(RuntimeError, match="copy failed"):
+            _device.to_host(state, copier_of=lambda device: failing, on_device=lambda t: True, buffers=2,
+                            buffer_bytes=300)
+        assert failing.live == 0 and failing.pending == 0
+    finally:
+        failing.stop()
