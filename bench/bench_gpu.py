@@ -107,7 +107,8 @@ def main():
 
         device = torch.device("cuda", torch.cuda.current_device())
         print(f"torch {torch.__version__}, {torch.cuda.get_device_name(device)}; {args.tensors} float32 tensors, "
-              f"{nbytes / 2**30:.2f} GiB; {'warm' if args.warm else 'cold'} page cache; best of {args.repeats}")
+              f"{nbytes / 2**30:.2f} GiB in {directory} (a tmpfs holds files in memory: point --dir at a disk); "
+              f"{'warm' if args.warm else 'cold'} page cache; best of {args.repeats}")
 
         pinned = torch.empty(os.path.getsize(st), dtype=torch.uint8, pin_memory=True)
         t_read = timed(args.repeats, lambda: read_into_pinned(st, pinned), before=cold(st))
