@@ -67,8 +67,8 @@ class Piece(NamedTuple):
 def parse_device(device: Any) -> Any:
     """``device`` (a string such as "cuda:0", or a ``torch.device``) as a
     ``torch.device``. Raises ValueError for a string torch does not know, and
-    RuntimeError naming the device when it is a CUDA device this process
-    cannot use (no CUDA, or no such index)."""
+    RuntimeError naming the device when this process cannot use it (no CUDA,
+    no such index, a backend this torch lacks)."""
     torch = _torch()
     if isinstance(device, torch.device):
         dev = device
@@ -88,6 +88,12 @@ def parse_device(device: Any) -> Any:
         elif dev.index >= torch.cuda.device_count():
             raise RuntimeError(f"device {str(dev)!r} requested, but there are only "
                                f"{torch.cuda.device_count()} CUDA devices")
+    elif dev.type not in ("cpu", "meta"):
+        try:  # a backend this build of torch lacks fails in ways of its own (NotImplementedError, AssertionError...)
+            torch.empty(0, device=dev)
+        except Exception as error:
+            raise RuntimeError(f"device {str(dev)!r} requested, but it is not available: "
+                               f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from None
     return dev
 
 

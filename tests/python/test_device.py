@@ -374,6 +374,14 @@ def test_ckpt_load_device_argument(tmp_path):
         for device in ("cuda", "cuda:0", torch.device("cuda", 1)):
             with pytest.raises(RuntimeError, match="cuda"):
                 ckpt.load(path, framework="torch", device=device)
+    for device in ("mps", "xpu"):
+        try:
+            torch.empty(0, device=device)
+        except Exception:  # not in this build: a RuntimeError naming it
+            with pytest.raises(RuntimeError, match=device):
+                ckpt.load(path, framework="torch", device=device)
+    on_meta = ckpt.load(path, framework="torch", device="meta")  # shapes and dtypes only
+    assert on_meta["w"].is_meta and on_meta["b"].dtype == torch.bfloat16 and on_meta["w"].shape == (4, 4)
 
 
 def test_save_of_cpu_state_is_unchanged(tmp_path):
