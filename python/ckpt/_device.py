@@ -22,9 +22,13 @@ A copier has:
 - ``device``: the ``torch.device`` results live on;
 - ``host_buffer(nbytes)`` -> a 1-D uint8 host tensor, ``release(buffer)``;
 - ``empty(nbytes)`` -> a 1-D uint8 tensor on the device;
-- ``to_device(dst, src, piece)`` / ``to_host(dst, src, piece)``: start a copy
-  (may be asynchronous; ``src`` must not change until an event recorded after
-  it has completed); ``piece`` is a :class:`Piece` saying what is copied;
+- ``to_device(dsts, src, pieces)``: start copying the filled part ``src`` of
+  a ring buffer, cut into ``pieces`` (:class:`Piece` objects, one after the other
+  from its start), into the device tensors ``dsts`` (one per piece);
+  ``to_host(dst, srcs, pieces)``: the reverse, the device tensors ``srcs``
+  into the buffer part ``dst``. Either may be asynchronous: the buffer must
+  not change (be read, for ``to_host``) until an event recorded after the
+  call has completed;
 - ``record()`` -> an event with ``synchronize()`` (wait until every copy
   started before ``record()`` is done) and ``query()`` (done yet?);
 - ``synchronize()``: wait until every copy started is done.
@@ -42,10 +46,16 @@ __all__ = ["Piece", "CudaCopier", "HostCopier", "parse_device", "copier_for", "c
            "load", "to_host", "fill", "host_state", "has_device_tensor", "DEFAULT_BUFFERS", "DEFAULT_BUFFER_BYTES"]
 
 
-def _torch() -> Any:
-    import torch
+_TORCH: Any = None
 
-    return torch
+
+def _torch() -> Any:
+    global _TORCH
+    if _TORCH is None:
+        import torch
+
+        _TORCH = torch
+    return _TORCH
 
 
 class Piece(NamedTuple):
@@ -97,6 +107,14 @@ def parse_device(device: Any) -> Any:
     return dev
 
 
+def _split(buffer: Any, pieces: Sequence[Piece]) -> Sequence[Any]:
+    """The filled part of a ring buffer (or of a staging buffer) cut into
+    the pieces' parts, which lie one after the other from its start."""
+    if len(pieces) == 1:
+        return (buffer,)
+    return _torch().split(buffer, [piece.size for piece in pieces])
+
+
 class _ReadyEvent:
     """An event of a synchronous copier: done when made."""
 
@@ -123,11 +141,13 @@ class HostCopier:
     def empty(self, nbytes: int) -> Any:
         return _torch().empty(nbytes, dtype=_torch().uint8, device=self.device)
 
-    def to_device(self, dst: Any, src: Any, piece: Piece) -> None:
-        dst.copy_(src)
+    def to_device(self, dsts: Sequence[Any], src: Any, pieces: Sequence[Piece]) -> None:
+        for dst, part in zip(dsts, _split(src, pieces)):
+            dst.copy_(part)
 
-    def to_host(self, dst: Any, src: Any, piece: Piece) -> None:
-        dst.copy_(src)
+    def to_host(self, dst: Any, srcs: Sequence[Any], pieces: Sequence[Piece]) -> None:
+        for part, src in zip(_split(dst, pieces), srcs):
+            part.copy_(src)
 
     def record(self) -> Any:
         return _ReadyEvent()
@@ -150,6 +170,7 @@ class CudaCopier:
         self.stream.wait_stream(torch.cuda.current_stream(device))
         self.pinned = True
         self._allocated = False  # device memory allocated since the side stream last waited
+        self._staging: Any = None
 
     def host_buffer(self, nbytes: int) -> Any:
         torch = _torch()
@@ -167,20 +188,42 @@ class CudaCopier:
         self._allocated = True
         return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
-    def to_device(self, dst: Any, src: Any, piece: Piece) -> None:
-        torch = _torch()
+    def _wait_for_allocations(self) -> None:
         if self._allocated:
             # Memory the caching allocator handed out on the current stream may
             # still be in use there by work queued before it was freed.
-            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+            self.stream.wait_stream(_torch().cuda.current_stream(self.device))
             self._allocated = False
-        with torch.cuda.stream(self.stream):
-            dst.copy_(src, non_blocking=True)
 
-    def to_host(self, dst: Any, src: Any, piece: Piece) -> None:
+    def _stage(self, nbytes: int) -> Any:
+        """The first ``nbytes`` of the device staging buffer (one, reused: its
+        copies are ordered on the side stream)."""
+        if self._staging is None or self._staging.numel() < nbytes:
+            with _torch().cuda.stream(self.stream):  # allocated for (and freed by) the side stream
+                self._staging = _torch().empty(nbytes, dtype=_torch().uint8, device=self.device)
+        return self._staging[:nbytes]
+
+    def to_device(self, dsts: Sequence[Any], src: Any, pieces: Sequence[Piece]) -> None:
         torch = _torch()
+        self._wait_for_allocations()
         with torch.cuda.stream(self.stream):
-            dst.copy_(src, non_blocking=True)
+            if len(dsts) == 1:
+                dsts[0].copy_(src, non_blocking=True)
+            else:  # many pieces: one host-to-device copy, then one scatter on the device
+                stage = self._stage(src.numel())
+                stage.copy_(src, non_blocking=True)
+                torch._foreach_copy_(list(dsts), list(_split(stage, pieces)))
+
+    def to_host(self, dst: Any, srcs: Sequence[Any], pieces: Sequence[Piece]) -> None:
+        torch = _torch()
+        self._wait_for_allocations()
+        with torch.cuda.stream(self.stream):
+            if len(srcs) == 1:
+                dst.copy_(srcs[0], non_blocking=True)
+            else:  # many pieces: one gather on the device, then one device-to-host copy
+                stage = self._stage(dst.numel())
+                torch._foreach_copy_(list(_split(stage, pieces)), list(srcs))
+                dst.copy_(stage, non_blocking=True)
 
     def record(self) -> Any:
         torch = _torch()
@@ -323,8 +366,39 @@ def _advise_willneed(address: int, nbytes: int) -> None:
 
 
 def _prefetch(jobs: Sequence[_Job], fill_: Sequence[Tuple[int, int, int, int]]) -> None:
-    for index, offset, n, _ in fill_:
-        _advise_willneed(jobs[index].host.data_ptr() + offset, n)
+    """Read-ahead advice for a fill's source bytes: one call for the span
+    when the pieces lie close together in memory (tensors in file order),
+    else one per piece."""
+    ranges = [(jobs[index].host.data_ptr() + offset, n) for index, offset, n, _ in fill_]
+    lo = min(address for address, _ in ranges)
+    hi = max(address + n for address, n in ranges)
+    if hi - lo <= 2 * sum(n for _, n in ranges):
+        _advise_willneed(lo, hi - lo)
+    else:
+        for address, n in ranges:
+            _advise_willneed(address, n)
+
+
+def _part(tensor: Any, offset: int, n: int) -> Any:
+    """tensor[offset:offset + n], without a slice where that is all of it."""
+    return tensor if offset == 0 and n == tensor.numel() else tensor[offset:offset + n]
+
+
+def _pieces(jobs: Sequence[_Job], fill_: Sequence[Tuple[int, int, int, int]], slot: int,
+            sequence: int) -> List[Piece]:
+    return [Piece(jobs[index].name, offset, n, slot, at, sequence) for index, offset, n, at in fill_]
+
+
+def _gather(buffer: Any, sources: Sequence[Any]) -> Any:
+    """``sources`` (1-D uint8 host tensors) one after the other at the start
+    of ``buffer``: the read. Returns the part of the buffer filled."""
+    used = sum(int(source.numel()) for source in sources)
+    part = buffer[:used]
+    if len(sources) == 1:
+        part.copy_(sources[0])  # one large piece: torch's parallel copy
+    else:
+        _torch().cat(sources, out=part)  # many small pieces: one call
+    return part
 
 
 def _run_to_device(jobs: Sequence[_Job], copier: Any, buffers: int, buffer_bytes: int) -> None:
@@ -341,14 +415,10 @@ def _run_to_device(jobs: Sequence[_Job], copier: Any, buffers: int, buffer_bytes
             slot = sequence % count
             if sequence + count < len(fills):  # read-ahead: the file pages of the fill after the ring's turn
                 _prefetch(jobs, fills[sequence + count])
-            ring.wait(slot)  # its last copy is done: it may be refilled
-            buffer = ring.buffers[slot]
-            for index, offset, n, at in fill_:  # the read
-                buffer[at:at + n].copy_(jobs[index].host[offset:offset + n])
-            for index, offset, n, at in fill_:
-                job = jobs[index]
-                copier.to_device(job.device[offset:offset + n], buffer[at:at + n],
-                                 Piece(job.name, offset, n, slot, at, sequence))
+            ring.wait(slot)  # its last copies are done: it may be refilled
+            part = _gather(ring.buffers[slot], [_part(jobs[i].host, offset, n) for i, offset, n, _ in fill_])
+            copier.to_device([_part(jobs[i].device, offset, n) for i, offset, n, _ in fill_], part,
+                             _pieces(jobs, fill_, slot, sequence))
             ring.events[slot] = copier.record()
     except BaseException:
         ring.close_after_error()
@@ -369,19 +439,20 @@ def _run_to_host(jobs: Sequence[_Job], copier: Any, buffers: int, buffer_bytes: 
         # The buffer's device-to-host copies are done: out into the host tensors.
         ring.wait(slot)
         fill_, pending[slot] = pending[slot], None
-        buffer = ring.buffers[slot]
-        for index, offset, n, at in fill_ or ():
-            jobs[index].host[offset:offset + n].copy_(buffer[at:at + n])
+        if not fill_:
+            return
+        used = sum(n for _, _, n, _ in fill_)
+        parts = _torch().split(ring.buffers[slot][:used], [n for _, _, n, _ in fill_])
+        for (index, offset, n, _), part in zip(fill_, parts):
+            _part(jobs[index].host, offset, n).copy_(part)
 
     try:
         for sequence, fill_ in enumerate(fills):
             slot = sequence % count
             drain(slot)
-            buffer = ring.buffers[slot]
-            for index, offset, n, at in fill_:
-                job = jobs[index]
-                copier.to_host(buffer[at:at + n], job.device[offset:offset + n],
-                               Piece(job.name, offset, n, slot, at, sequence))
+            used = sum(n for _, _, n, _ in fill_)
+            copier.to_host(ring.buffers[slot][:used], [_part(jobs[i].device, offset, n) for i, offset, n, _ in fill_],
+                           _pieces(jobs, fill_, slot, sequence))
             ring.events[slot] = copier.record()
             pending[slot] = fill_
         for step in range(count):  # the last fills, oldest first

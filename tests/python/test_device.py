@@ -71,11 +71,19 @@ class FakeDevice:
             self._pending += 1
         self._queue.put((dst, src, src.clone(), piece))
 
-    def to_device(self, dst, src, piece):
-        self._issue("h2d", dst, src, piece)
+    def to_device(self, dsts, src, pieces):
+        assert len(dsts) == len(pieces)
+        assert src.numel() == sum(p.size for p in pieces)
+        for dst, piece in zip(dsts, pieces):
+            assert dst.numel() == piece.size
+            self._issue("h2d", dst, src[piece.buffer_offset:piece.buffer_offset + piece.size], piece)
 
-    def to_host(self, dst, src, piece):
-        self._issue("d2h", dst, src, piece)
+    def to_host(self, dst, srcs, pieces):
+        assert len(srcs) == len(pieces)
+        assert dst.numel() == sum(p.size for p in pieces)
+        for src, piece in zip(srcs, pieces):
+            assert src.numel() == piece.size
+            self._issue("d2h", dst[piece.buffer_offset:piece.buffer_offset + piece.size], src, piece)
 
     def record(self):
         event = FakeEvent()
