@@ -115,6 +115,17 @@ def _split(buffer: Any, pieces: Sequence[Piece]) -> Sequence[Any]:
     return _torch().split(buffer, [piece.size for piece in pieces])
 
 
+def _copy_all(dsts: List[Any], srcs: List[Any]) -> None:
+    """dsts[i].copy_(srcs[i]) for all i: one ``torch._foreach_copy_`` (one
+    launch on CUDA) where torch has it."""
+    foreach = getattr(_torch(), "_foreach_copy_", None)
+    if foreach is not None:
+        foreach(dsts, srcs)
+    else:
+        for dst, src in zip(dsts, srcs):
+            dst.copy_(src)
+
+
 class _ReadyEvent:
     """An event of a synchronous copier: done when made."""
 
@@ -142,12 +153,10 @@ class HostCopier:
         return _torch().empty(nbytes, dtype=_torch().uint8, device=self.device)
 
     def to_device(self, dsts: Sequence[Any], src: Any, pieces: Sequence[Piece]) -> None:
-        for dst, part in zip(dsts, _split(src, pieces)):
-            dst.copy_(part)
+        _copy_all(list(dsts), list(_split(src, pieces)))
 
     def to_host(self, dst: Any, srcs: Sequence[Any], pieces: Sequence[Piece]) -> None:
-        for part, src in zip(_split(dst, pieces), srcs):
-            part.copy_(src)
+        _copy_all(list(_split(dst, pieces)), list(srcs))
 
     def record(self) -> Any:
         return _ReadyEvent()
@@ -212,7 +221,7 @@ class CudaCopier:
             else:  # many pieces: one host-to-device copy, then one scatter on the device
                 stage = self._stage(src.numel())
                 stage.copy_(src, non_blocking=True)
-                torch._foreach_copy_(list(dsts), list(_split(stage, pieces)))
+                _copy_all(list(dsts), list(_split(stage, pieces)))
 
     def to_host(self, dst: Any, srcs: Sequence[Any], pieces: Sequence[Piece]) -> None:
         torch = _torch()
@@ -222,7 +231,7 @@ class CudaCopier:
                 dst.copy_(srcs[0], non_blocking=True)
             else:  # many pieces: one gather on the device, then one device-to-host copy
                 stage = self._stage(dst.numel())
-                torch._foreach_copy_(list(_split(stage, pieces)), list(srcs))
+                _copy_all(list(_split(stage, pieces)), list(srcs))
                 dst.copy_(stage, non_blocking=True)
 
     def record(self) -> Any:

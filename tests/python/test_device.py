@@ -303,6 +303,15 @@ def test_to_host_through_the_ring(fake):
     assert {d for d, _ in fake.log} == {"d2h"}
 
 
+def test_to_host_through_the_host_copier():
+    state = _state()
+    got = _device.to_host(state, on_device=lambda t: True, buffers=2, buffer_bytes=300)  # HostCopier on "cpu"
+    for name in ("big", "bf16", "f16", "i8", "flags", "scalar", "empty", "i64", "c64"):
+        _assert_same(got[name], state[name])
+        if state[name].numel():
+            assert got[name].data_ptr() != state[name].data_ptr()
+
+
 def test_to_host_result_saves_and_loads(tmp_path, fake):
     state = _state()
     host = _device.to_host(state, copier_of=lambda device: fake, on_device=lambda t: True, buffer_bytes=256)
