@@ -16,7 +16,7 @@ JOBS       ?= $(shell nproc)
 export CC  ?= cc
 export CXX ?= g++
 
-.PHONY: all deps build build-tool asan tsan fuzz fuzz-smoke test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats python clean
+.PHONY: all deps build build-tool asan tsan fuzz fuzz-smoke test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats bench-gpu python clean
 
 all: build
 
@@ -105,6 +105,9 @@ clean:
 
 bench-restore: python
 	$(PYTHON) bench/bench_restore.py
+
+bench-gpu: python
+	$(PYTHON) bench/bench_gpu.py
 
 bench-formats: build
 	$(PYTHON) bench/bench_formats.py --bench $(BUILD)/ckpt_bench

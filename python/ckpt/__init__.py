@@ -126,6 +126,9 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     shard before a tensor would take the current one past this size (0: one
     shard); others ignore it.
 
+    CUDA tensors are copied to the host through a small ring of pinned
+    buffers, device-to-host copies overlapping (docs/gpu.md).
+
     Raises UnsupportedError if the format cannot hold the state (e.g. strings
     in safetensors without extras), TypeError for values ckpt cannot store,
     OSError if the system refuses the write. An earlier file at ``path`` is
@@ -133,6 +136,8 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     """
     options = dict(format=format or "", metadata=None if metadata is None else dict(metadata), extras=extras,
                    checksum=checksum, fsync=fsync, threads=threads, max_shard_bytes=max_shard_bytes)
+    from . import _device
+    state = _device.host_state(state)  # CUDA tensors: to the host through the pinned ring (docs/gpu.md)
     with _no_gc():
         try:
             _ckpt.save(_path(path), state, **options)
@@ -142,7 +147,7 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
 
 
 def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,
-         threads: int = 0, rename: Any = None) -> Any:
+         threads: int = 0, rename: Any = None, device: Any = None) -> Any:
     """Read the whole state of ``path`` (any format ckpt reads, detected by content).
 
     Tensors come back as numpy arrays (``framework="numpy"``; bfloat16 and
@@ -161,8 +166,29 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     (see ``ckpt.restore``; ``{"old.prefix": "new.prefix"}`` or a list of
     steps); two entries renamed to one raise ValueError.
 
-    Raises FileNotFoundError, CorruptCheckpointError, UnsupportedError.
+    ``device`` (torch only; a string such as ``"cuda:0"`` or a
+    ``torch.device``): where the tensors go. None or ``"cpu"``: as above. A
+    CUDA device: the file's bytes stream through a small ring of pinned host
+    buffers onto the device, disk reads overlapping host-to-device copies,
+    never the whole state in host memory (``lazy`` is then irrelevant;
+    docs/gpu.md). Other torch devices go through the same ring with plain
+    buffers and synchronous copies.
+
+    Raises FileNotFoundError, CorruptCheckpointError, UnsupportedError;
+    ValueError for a device string torch does not know or a device with
+    ``framework="numpy"``; RuntimeError naming the device when it is a CUDA
+    device that is not available.
     """
+    if device is not None:
+        from . import _device
+        if framework not in ("torch", "pt"):
+            if str(device) != "cpu":
+                raise ValueError(f"device={device!r} needs framework=\"torch\" (got framework={framework!r})")
+        else:
+            target = _device.parse_device(device)
+            if target.type != "cpu":
+                with _no_gc():
+                    return _device.load(path, target, verify=verify, threads=threads, rename=rename)
     with _no_gc():
         if rename is not None:
             return _ckpt.load_renamed(_path(path), rename_steps(rename), framework=framework, lazy=lazy,

@@ -12,7 +12,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from ._gc import no_gc as _no_gc
-from . import _restore
+from . import _device, _restore
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -146,7 +146,9 @@ class Manager:
                 raise ValueError("save() takes a state or parts=, not both")
             if not isinstance(parts, Mapping) or not parts:
                 raise ValueError("parts= must be a non-empty dict {part name: state}")
-            parts = {name: _restore.to_nest(part) for name, part in parts.items()}
+            parts = {name: _device.host_state(_restore.to_nest(part)) for name, part in parts.items()}
+        else:
+            state = _device.host_state(state)  # CUDA tensors: through the pinned ring (docs/gpu.md)
         with _no_gc():
             try:
                 self._core.save(step, state, metrics=metrics, epoch=epoch, blocking=blocking,

@@ -167,7 +167,8 @@ def _leaf_in(value: Any, for_target: bool) -> Any:
     import numpy as np
 
     if _is_torch(value):
-        if for_target and value.device.type == "meta":
+        if for_target and value.device.type != "cpu":
+            # meta tensors; tensors on an accelerator, never copied to the host only to be compared
             return TensorSpec(value.shape, value.dtype, value)
         return value
     if _is_jax(value):
@@ -228,9 +229,12 @@ def _as_torch(value: Any) -> Any:
     return _ckpt.as_framework(_as_numpy(value), "torch")
 
 
-def _like(target: Any, value: Any) -> Any:
+def _like(target: Any, value: Any, deferred: Optional[list] = None, name: str = "") -> Any:
     """The restored array ``value`` in the kind of leaf the target had
-    (anything else as it is)."""
+    (anything else as it is). A host value for a torch target on an
+    accelerator becomes an empty tensor there, and ``(name, value, that
+    tensor)`` goes to ``deferred`` (filled through the pinned ring
+    afterwards, docs/gpu.md); without ``deferred``, ``.to(device)``."""
     import numpy as np
 
     if not isinstance(value, np.ndarray) and not _is_torch(value):
@@ -238,7 +242,12 @@ def _like(target: Any, value: Any) -> Any:
     if _is_torch(target):
         result = _as_torch(value)
         if target.device.type not in ("cpu", "meta"):
-            result = result.to(target.device)
+            if deferred is not None and result.device.type == "cpu":
+                host = result
+                result = _module("torch").empty(tuple(host.shape), dtype=host.dtype, device=target.device)
+                deferred.append((name, host, result))
+            else:
+                result = result.to(target.device)
         torch = _module("torch")
         if isinstance(target, torch.nn.Parameter):
             result = torch.nn.Parameter(result, requires_grad=target.requires_grad)
@@ -259,17 +268,20 @@ def _like(target: Any, value: Any) -> Any:
 _HERE = object()  # in a trie of key paths: what goes at this node
 
 
-def _trie(filled: Iterable[Tuple[Sequence[Any], Any, bool]]) -> Dict[Any, Any]:
+def _trie(filled: Iterable[Tuple[Sequence[Any], Any, bool]], deferred: Optional[list] = None) -> Dict[Any, Any]:
     """The C++ side's filled parts, (key path, value, given), as a trie of
     keys whose nodes hold under ``_HERE`` how to fill the target there: a
     given object (a default exactly as the caller wrote it) as it is, a
-    value from the tree in the kind of leaf the target has."""
+    value from the tree in the kind of leaf the target has (``deferred``:
+    see :func:`_like`)."""
     root: Dict[Any, Any] = {}
     for path, value, given in filled:
         node = root
         for key in path:
             node = node.setdefault(key, {})
-        node[_HERE] = (lambda old, value=value: value) if given else (lambda old, value=value: _like(old, value))
+        name = ".".join(str(key) for key in path)  # for the ring's pieces only
+        node[_HERE] = (lambda old, value=value: value) if given else (
+            lambda old, value=value, name=name: _like(old, value, deferred, name))
     return root
 
 
@@ -408,7 +420,12 @@ def restore(target: Any, source: Any, *, strict: bool = True, defaults: Any = No
     - ``prefix`` / ``only``: restore only the entries under a name, or
       matching globs; the rest of the target is left alone and unreported.
     - ``rename``: applied to the checkpoint's names first (see
-      :func:`rename_steps`)."""
+      :func:`rename_steps`).
+
+    A module whose tensors are on a GPU is compared by shape and dtype (its
+    tensors are not copied to the host) and filled through the ring of
+    pinned host buffers of docs/gpu.md, straight from the mapped file when
+    ``source`` is a path."""
     cast_any, casts = _cast_options(cast)
     only_list = [only] if isinstance(only, str) else list(only or ())
     common = dict(strict=strict, cast=cast_any, casts=casts, prefix=prefix or "", only=only_list,
@@ -438,11 +455,23 @@ def restore(target: Any, source: Any, *, strict: bool = True, defaults: Any = No
     if module is not None:
         torch = _module("torch")
         with torch.no_grad():
+            ringed = []  # host values for tensors on an accelerator: through the pinned ring (docs/gpu.md)
             for path, value, _ in result["filled"]:
                 if len(path) != 1:  # the state dict is flat: only the whole of it has another path
                     raise ValueError("a default for a whole module must be ckpt.KEEP or declared per entry")
-                state[path[0]].copy_(_as_torch(value))
+                destination, source = state[path[0]], _as_torch(value)
+                if destination.device.type not in ("cpu", "meta") and source.device.type == "cpu":
+                    ringed.append((path[0], source, destination))
+                else:
+                    destination.copy_(source)
+            if ringed:
+                from . import _device
+                _device.fill(ringed)
         report.tree = module
         return report
-    report.tree = _rebuild(target, _trie(result["filled"]))
+    deferred: list = []  # host values for tensors on an accelerator: through the pinned ring (docs/gpu.md)
+    report.tree = _rebuild(target, _trie(result["filled"], deferred))
+    if deferred:
+        from . import _device
+        _device.fill(deferred)
     return report
