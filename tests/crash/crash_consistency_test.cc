@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "crash/crash_harness.h"
+#include "io/deferred_release.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -72,6 +73,9 @@ void check_next_save_cleans(const CrashTarget& target, const fs::path& dir, int6
                             const std::string& what) {
   const fs::path path = dir / target.name;
   save(path, crash_state(step, elements), {.format = target.format});
+  // A replaced directory is removed off the saving thread
+  // (io/deferred_release.h): waited for here.
+  detail::drain_deferred_releases();
   EXPECT_TRUE(detail::AtomicDirectory::leftover_temporaries(dir).empty())
       << what << ": the next save left temporaries (of the killed one or its own)";
   EXPECT_TRUE(temporaries_under(dir).empty()) << what;
