@@ -6,6 +6,13 @@ warm files:
   torch.load (all tensors materialized)  vs  ckpt open + copy every tensor
   torch.load(mmap=True)                  vs  ckpt lazy open
   torch.save                             vs  ckpt save (.pt, no fsync; and with fsync)
+  torch.save onto an existing file       vs  ckpt save onto an existing file
+      (interleaved pairs, each after a sync; torch truncates in place, ckpt
+      replaces by rename and frees the old file's blocks in the background,
+      drained untimed before the next contender)
+  plain write() + fsync of the same bytes  vs  ckpt durable save (fsync), in
+      turns in one process (ckpt_bench file), with and without the early
+      writeback (sync_file_range) of durable writes
 ckpt's figures come from `ckpt_bench file PATH` (C++), run as a subprocess
 that reports its own timings, so process start-up is not counted.
 Prints ratios (peer time / ckpt time: higher is better for ckpt). Never part
@@ -15,12 +22,44 @@ of pass/fail.
 """
 
 import json
+import math
 import os
 import subprocess
+import time
 
 import torch
 
 from bench_common import best, run
+
+
+def overwrite_pairs(sd, path, directory, bench, repeats):
+    """Best times of torch.save and of ckpt's save onto an existing file of
+    the same state, in pairs (torch, ckpt), each after os.sync(): ckpt's
+    side saves in a `ckpt_bench file --serve` process that loaded `path`
+    once and reports each save's own time."""
+    out_torch = directory / "overwrite-torch.pt"
+    out_ckpt = directory / "overwrite-ckpt.pt"
+    torch.save(sd, out_torch)
+    server = subprocess.Popen([bench, "file", str(path), "--serve", str(out_ckpt)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        t_torch = t_ckpt = math.inf
+        for _ in range(repeats):
+            os.sync()
+            start = time.perf_counter()
+            torch.save(sd, out_torch)
+            t_torch = min(t_torch, time.perf_counter() - start)
+            os.sync()
+            server.stdin.write("overwrite\n")
+            server.stdin.flush()
+            t_ckpt = min(t_ckpt, float(server.stdout.readline()))
+    finally:
+        server.stdin.close()
+        server.wait()
+    out_torch.unlink()
+    out_ckpt.unlink()
+    return t_torch, t_ckpt
 
 
 def measure(label, sd, directory, bench, repeats):
@@ -42,6 +81,7 @@ def measure(label, sd, directory, bench, repeats):
                             check=True, capture_output=True, text=True)
     c = json.loads(result.stdout)
     assert c["tensors"] == n and c["bytes"] == nbytes, (c, n, nbytes)
+    t_over_torch, t_over_ckpt = overwrite_pairs(sd, path, directory, bench, repeats)
 
     print(f"\n== {label}: {n} float32 tensors, {nbytes / 2**20:.0f} MiB (best of {repeats}) ==")
     print(f"load, all tensors materialized: torch.load {t_load * 1e3:9.1f} ms | ckpt {c['load_s'] * 1e3:9.1f} ms"
@@ -51,6 +91,12 @@ def measure(label, sd, directory, bench, repeats):
           f" vs mmap {t_mmap / c['open_s']:6.2f}x")
     print(f"save: torch.save {t_save * 1e3:9.1f} ms | ckpt {c['save_s'] * 1e3:9.1f} ms | ratio {t_save / c['save_s']:6.2f}x"
           f" | ckpt with fsync {c['save_fsync_s'] * 1e3:9.1f} ms, ratio {t_save / c['save_fsync_s']:6.2f}x")
+    print(f"overwrite an existing file: torch.save {t_over_torch * 1e3:9.1f} ms | ckpt {t_over_ckpt * 1e3:9.1f} ms"
+          f" | ratio {t_over_torch / t_over_ckpt:6.2f}x")
+    print(f"durable save: plain write()+fsync {c['plain_fsync_s'] * 1e3:9.1f} ms | ckpt with fsync"
+          f" {c['save_fsync_s'] * 1e3:9.1f} ms | ratio {c['plain_fsync_s'] / c['save_fsync_s']:5.2f}x of plain"
+          f" | without early writeback {c['flush_early_off_fsync_s'] * 1e3:9.1f} ms,"
+          f" ratio {c['plain_fsync_s'] / c['flush_early_off_fsync_s']:5.2f}x")
     print(f"per tensor: torch.load {t_load / n * 1e6:7.2f} us, torch.load(mmap) {t_mmap / n * 1e6:7.2f} us"
           f" | ckpt open {c['open_s'] / n * 1e6:6.2f} us, ckpt load {c['load_s'] / n * 1e6:6.2f} us")
 

@@ -165,7 +165,9 @@ class Manager {
   // Waits until every pending save is committed and the cleanup after it
   // is done; rethrows the first error one of them hit.
   void wait();
-  // wait(), then releases the lock; the manager reads only afterwards.
+  // wait(), then waits until the checkpoints that retention removed are
+  // freed on the disk too (their removal runs off the saving thread, in the
+  // background), then releases the lock; the manager reads only afterwards.
   // Rethrows as wait(). A second close() does nothing.
   void close();
 

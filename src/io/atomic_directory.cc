@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "ckpt/error.h"
+#include "io/deferred_release.h"
 #include "io/file_system.h"
 
 namespace ckpt::detail {
@@ -150,7 +151,7 @@ void AtomicDirectory::commit() {
   // (A failed sync throws here and leaves the old one under its temporary
   // name, for remove_abandoned_temporaries() to remove.)
   if (options_.fsync) sync_directory(final_path_.parent_path(), final_path_);
-  if (!old.empty()) remove_quietly(old);
+  if (!old.empty()) remove_later(old, false);  // freed off this thread (io/deferred_release.h)
   close_quietly(lock_fd_);
 }
 

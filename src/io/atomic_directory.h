@@ -59,7 +59,10 @@ class AtomicDirectory {
   // is removed, so that no cleaner removes it while a crash could still
   // bring it back (before the parent is synced). Then syncs the parent (with options.fsync) and only
   // then removes the old directory, so that a crash never leaves the old
-  // entry visible with its files gone. Removing it is best effort: what
+  // entry visible with its files gone: on the background thread of
+  // io/deferred_release.h (remove_later), so that freeing its blocks is not
+  // part of the commit; until then it lies under its temporary name
+  // (drain_deferred_releases() waits for it). Removing it is best effort: what
   // cannot be removed keeps its temporary name, for leftover_temporaries().
   // Throws Error{kInvalidArgument} if final_path() is something other than
   // a directory, or if commit() already succeeded; {kIo} (or {kNotFound})

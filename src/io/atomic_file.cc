@@ -15,6 +15,7 @@
 
 #include "ckpt/error.h"
 #include "core/parallel.h"
+#include "io/deferred_release.h"
 #include "io/file_system.h"
 
 namespace ckpt::detail {
@@ -28,7 +29,12 @@ constexpr size_t kChunkSize = size_t{8} << 20;
 // cost a few large writes instead of one system call each.
 constexpr size_t kGatherBelow = size_t{256} << 10;
 
+// Durable writes of at least this size start their writeback at once
+// (sync_file_range), so that the final fsync waits only for the tail.
+constexpr size_t kFlushEarlyFrom = size_t{1} << 20;
+
 std::atomic<int64_t> g_fault_budget{-1};
+std::atomic<bool> g_flush_early{true};
 // Sealed files whose lock is held by a duplicate descriptor.
 std::atomic<int> g_sealed_locks{0};
 
@@ -58,6 +64,8 @@ bool fault_injected(size_t bytes) {
 }  // namespace
 
 void inject_write_fault_after(int64_t bytes) { g_fault_budget.store(bytes); }
+
+bool set_flush_early(bool on) { return g_flush_early.exchange(on); }
 
 AtomicFile::AtomicFile(std::filesystem::path final_path, AtomicFileOptions options)
     : final_path_(std::move(final_path)), options_(options) {
@@ -104,16 +112,29 @@ void AtomicFile::resize(uint64_t size) {
 }
 
 void AtomicFile::write_at(std::span<const std::byte> bytes, uint64_t offset) {
+  const bool flush_early = options_.fsync && bytes.size() >= kFlushEarlyFrom && g_flush_early.load();
+  const uint64_t first = offset;
+  bool drained = false;  // the space of deferred releases was freed for this write
   while (!bytes.empty()) {
     const size_t chunk = std::min(bytes.size(), size_t{1} << 30);
     if (fault_injected(chunk)) throw_io(final_path_, "write failed", ENOSPC, offset);
     const ssize_t n = ::pwrite(fd_, bytes.data(), chunk, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
+    // A full disk may only be waiting for replaced files' blocks
+    // (io/deferred_release.h): those are freed, then the write tried again.
+    const bool full = (n < 0 && errno == ENOSPC) || n == 0;
+    if (full && !drained && drain_deferred_releases() > 0) {
+      drained = true;
+      continue;
+    }
     if (n < 0) throw_io(final_path_, "write failed", errno, offset);
     if (n == 0) throw_io(final_path_, "write made no progress", ENOSPC, offset);
     bytes = bytes.subspan(static_cast<size_t>(n));
     offset += static_cast<uint64_t>(n);
   }
+  // Writeback of the range starts now, overlapping the writes that follow;
+  // the final fsync still waits for all of it. Advisory: errors surface there.
+  if (flush_early) ::sync_file_range(fd_, static_cast<off_t>(first), static_cast<off_t>(offset - first), SYNC_FILE_RANGE_WRITE);
 }
 
 namespace {
@@ -199,10 +220,15 @@ void AtomicFile::commit(const AtomicCommitOptions& commit_options) {
     throw Error(ErrorCode::kInvalidArgument, "file already committed or abandoned", {.path = final_path_});
   }
   if (!sealed_) seal();
+  // The file being replaced stays held across the rename, so that the
+  // rename only drops its name; its blocks are freed off this thread once
+  // the commit is done (io/deferred_release.h).
+  ReleaseHold replaced = hold_for_release(final_path_);
   if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) throw_io(final_path_, "cannot rename into place", errno);
   committed_ = true;
   release_lock();
   if (options_.fsync && commit_options.sync_directory) sync_directory(final_path_.parent_path(), final_path_);
+  release_later(std::move(replaced));
 }
 
 }  // namespace ckpt::detail

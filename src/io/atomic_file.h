@@ -56,7 +56,11 @@ class AtomicFile {
 
   // Sets the file's final size up front (sparse; avoids growth during writes).
   void resize(uint64_t size);
-  // Writes all of `bytes` at `offset` (retrying short writes).
+  // Writes all of `bytes` at `offset` (retrying short writes). With
+  // options.fsync, a write of 1 MiB or more starts its writeback at once
+  // (sync_file_range SYNC_FILE_RANGE_WRITE), so that the final fsync waits
+  // only for what is still in flight. A full disk (ENOSPC) is retried once
+  // after drain_deferred_releases() freed replaced files' blocks.
   // Throws Error{kIo} naming the final path.
   void write_at(std::span<const std::byte> bytes, uint64_t offset);
   // Writes every span, spread over `threads` threads (0: min(hardware
@@ -79,7 +83,9 @@ class AtomicFile {
   void seal();
   // fsync (if asked; done already if sealed), rename onto the final path,
   // fsync the directory (if asked, and unless options.sync_directory is
-  // off).
+  // off). A large file replaced at the final path is held across the rename
+  // and freed on the background thread of io/deferred_release.h afterwards
+  // (its blocks are freed when the hold goes, not in the rename).
   void commit(const AtomicCommitOptions& options = {});
 
   const std::filesystem::path& final_path() const { return final_path_; }
@@ -105,5 +111,10 @@ class AtomicFile {
 // (in this process), the next write fails as if the disk were full (ENOSPC).
 // A negative value switches the fault off.
 void inject_write_fault_after(int64_t bytes);
+
+// Benchmark hook: switches the early writeback of durable writes (write_at)
+// on or off for the whole process; returns the previous setting (on by
+// default).
+bool set_flush_early(bool on);
 
 }  // namespace ckpt::detail

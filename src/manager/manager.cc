@@ -18,6 +18,7 @@
 #include "core/text.h"
 #include "io/atomic_directory.h"
 #include "io/atomic_file.h"
+#include "io/deferred_release.h"
 #include "io/file_system.h"
 #include "manager/run_config.h"
 #include "manager/run_files.h"
@@ -337,9 +338,9 @@ struct Manager::Impl {
     size_t removed = 0;
     for (size_t index : remove) {
       if (!returnn) {
-        detail::remove_committed(entries[index].files.front());  // the step directory
+        detail::remove_committed(entries[index].files.front(), options.fsync);  // the step directory
       } else if (entries[index].step) {  // an epoch this manager committed; RETURNN's own stay
-        for (const fs::path& file : entries[index].files) detail::remove_committed(file);
+        for (const fs::path& file : entries[index].files) detail::remove_committed(file, options.fsync);
       } else {
         continue;
       }
@@ -671,6 +672,7 @@ void Manager::close() {
     failure = m.error;
     m.error = nullptr;
   }
+  detail::drain_deferred_releases();  // what pruning removed is gone from the disk too
   m.stop();
   m.closed = true;
   if (failure) std::rethrow_exception(failure);

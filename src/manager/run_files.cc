@@ -6,6 +6,7 @@
 
 #include "io/atomic_directory.h"
 #include "io/atomic_file.h"
+#include "io/deferred_release.h"
 #include "io/file_system.h"
 
 namespace ckpt::detail {
@@ -22,7 +23,7 @@ std::vector<size_t> entries_to_remove(const std::vector<CheckpointEntry>& entrie
   return remove;
 }
 
-void remove_committed(const std::filesystem::path& path) {
+void remove_committed(const std::filesystem::path& path, bool durable) {
   std::error_code error;
   if (!std::filesystem::exists(std::filesystem::symlink_status(path, error))) return;
   const std::filesystem::path hidden = temporary_sibling(path);
@@ -30,7 +31,10 @@ void remove_committed(const std::filesystem::path& path) {
     if (errno == ENOENT) return;
     throw_io(path, "cannot move the checkpoint out of the way to remove it", errno);
   }
-  std::filesystem::remove_all(hidden, error);  // best effort: leftovers are removed by the next writer
+  // Freeing the blocks (a millisecond per MiB where the file system frees
+  // synchronously) is left to the background thread; best effort:
+  // leftovers are removed by the next writer.
+  remove_later(hidden, durable);
 }
 
 void remove_leftovers(const std::filesystem::path& run_dir) noexcept {

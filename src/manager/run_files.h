@@ -22,10 +22,13 @@ std::vector<size_t> entries_to_remove(const std::vector<CheckpointEntry>& entrie
 // Removes a committed checkpoint's `path` (a step directory, or a foreign
 // checkpoint's file or directory): first renamed to a temporary name
 // (temporary_sibling), so that no reader ever finds part of it under its
-// name, then removed; what cannot be removed stays under the temporary name,
-// for the next writer's cleanup. A missing path is not an error.
-// Throws Error{kIo} naming `path` if the rename fails.
-void remove_committed(const std::filesystem::path& path);
+// name (it is gone from listings when this returns), then removed on the
+// background thread of io/deferred_release.h (remove_later; after an fsync
+// of the directory when `durable`, so that a crash never shows the old
+// name with its files gone); what cannot be removed stays under the
+// temporary name, for the next writer's cleanup. A missing path is not an
+// error. Throws Error{kIo} naming `path` if the rename fails.
+void remove_committed(const std::filesystem::path& path, bool durable = true);
 
 // Removes the temporaries that killed saves left in `run_dir` (each of
 // AtomicDirectory::leftover_temporaries no live writer holds,

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "crash/crash_harness.h"
+#include "io/deferred_release.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -72,6 +73,9 @@ void check_next_save_cleans(const CrashTarget& target, const fs::path& dir, int6
                             const std::string& what) {
   const fs::path path = dir / target.name;
   save(path, crash_state(step, elements), {.format = target.format});
+  // A replaced directory is removed off the saving thread
+  // (io/deferred_release.h): waited for here.
+  detail::drain_deferred_releases();
   EXPECT_TRUE(detail::AtomicDirectory::leftover_temporaries(dir).empty())
       << what << ": the next save left temporaries (of the killed one or its own)";
   EXPECT_TRUE(temporaries_under(dir).empty()) << what;
@@ -130,14 +134,21 @@ std::vector<CallSite> calls_touching(const CrashTarget& target, const fs::path& 
   const ChildEnd end = run_child(argv);
   EXPECT_TRUE(end.exited && end.status == 0) << "the traced save failed";
   std::ifstream in(trace);
-  const std::regex call(R"(^\d+ +([a-z0-9_]+)\()");  // not "<... resumed>", exits or signals
+  const std::regex call(R"(^(\d+) +([a-z0-9_]+)\()");  // not "<... resumed>", exits or signals
   std::vector<CallSite> sites;
   std::map<std::string, int> seen;
+  // strace counts inject's `when=` for each thread apart: the sites are the
+  // writer's main thread's (the first in the trace). The calls of the
+  // background thread that removes a replaced directory
+  // (io/deferred_release.h) are left to the kills at random moments.
+  std::string main_thread;
   for (std::string line; std::getline(in, line);) {
     std::smatch match;
     if (!std::regex_search(line, match, call)) continue;
-    const int occurrence = ++seen[match[1]];
-    if (line.find(dir.string()) != std::string::npos) sites.push_back({match[1], occurrence});
+    if (main_thread.empty()) main_thread = match[1];
+    if (match[1] != main_thread) continue;
+    const int occurrence = ++seen[match[2]];
+    if (line.find(dir.string()) != std::string::npos) sites.push_back({match[2], occurrence});
   }
   fs::remove(trace);
   return sites;

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "crash/crash_harness.h"
+#include "io/deferred_release.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 
@@ -71,6 +72,7 @@ bool save_fits(const CrashTarget& target, const fs::path& dir, int64_t step, int
         << what << ": the committed checkpoint changed";
     return false;
   }
+  detail::drain_deferred_releases();  // a replaced directory is removed off the saving thread
   EXPECT_TRUE(temporaries_under(dir).empty()) << what;
   verify(path);
   EXPECT_TRUE(load(path) == crash_state(step, elements)) << what;

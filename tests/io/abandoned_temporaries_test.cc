@@ -16,6 +16,7 @@
 
 #include "io/atomic_directory.h"
 #include "io/atomic_file.h"
+#include "io/deferred_release.h"
 #include "io/file_system.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
@@ -217,6 +218,7 @@ TEST(AbandonedTemporariesTest, KilledDirectoryWriterIsRemovedLiveOneIsNot) {
     next.commit();
   }
   live.commit();
+  drain_deferred_releases();  // the replaced directories are removed off the committing thread
   EXPECT_EQ(read_file(dir / "step_1" / "array"), "live");
   EXPECT_EQ(temporaries(dir.path()).size(), 1u) << "step_10's leftover is its own target's to remove";
 }
@@ -274,6 +276,7 @@ TEST(AbandonedTemporariesTest, ConcurrentWritersOfOneTargetNeverTakeEachOthersTe
   }
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(failures.load(), 0);
+  drain_deferred_releases();  // the replaced directories are removed off the committing threads
   EXPECT_EQ(dir.list(), (std::vector<std::string>{"target", "target.d"}));
 }
 

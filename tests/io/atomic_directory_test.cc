@@ -7,6 +7,7 @@
 
 #include "ckpt/error.h"
 #include "io/atomic_file.h"
+#include "io/deferred_release.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
 
@@ -80,6 +81,7 @@ TEST(AtomicDirectoryTest, CommitReplacesAnExistingDirectoryWhole) {
   EXPECT_EQ(read_file(dir / "step" / "kept name"), "old") << "nothing half-visible before commit";
   EXPECT_EQ(names_in(dir / "step"), (std::vector<std::string>{"kept name", "nested", "old"}));
   directory.commit();
+  drain_deferred_releases();  // the old one is removed off the committing thread
   EXPECT_EQ(dir.list(), std::vector<std::string>{"step"}) << "the old directory is removed";
   EXPECT_EQ(names_in(dir / "step"), (std::vector<std::string>{"kept name", "new"}));
   EXPECT_EQ(read_file(dir / "step" / "kept name"), "new");
