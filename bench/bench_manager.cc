@@ -15,6 +15,8 @@
 //    loop waits for the writer; the default W = 16 makes it a little longer
 //    than one) and saving asynchronously, against the same loop with no
 //    saves.
+// 4. The loop again with a step as training has it: compute in cache, then
+//    one update of every weight.
 // Best of --repeats (default 3); fsync on, as the manager's default.
 
 #include <algorithm>
@@ -185,6 +187,54 @@ int bench_manager_main(int argc, char** argv) {
       }
       std::printf("  %d steps of %d touches: no saves %.4f s, async save every step %.4f s (ratio %.2f)\n", steps,
                   work, without, with, with / without);
+    }
+    // 4. The same with a step as training has it: compute in cache (a small
+    //    matrix product, repeated), then one update of every weight (the
+    //    optimizer's pass over the state). The touches above stream the
+    //    whole state through memory W times, competing with the writer for
+    //    memory bandwidth; this step leaves the bandwidth to the writer.
+    {
+      const auto compute = [](int products) {
+        constexpr int n = 64;
+        static std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+        for (int p = 0; p < products; ++p) {
+          for (int i = 0; i < n; ++i) {
+            for (int k = 0; k < n; ++k) {
+              const float x = a[i * n + k];
+              for (int j = 0; j < n; ++j) c[i * n + j] += x * b[k * n + j];
+            }
+          }
+          a[p % (n * n)] = c[p % (n * n)] * 1e-6f;
+        }
+        return c[0];
+      };
+      // As many products as make the compute ~2 blocking saves' time.
+      const double one = std::max(1e-7, seconds_of([&] { compute(200); }) / 200);
+      const int products = static_cast<int>(std::max(1.0, 2 * 0.15 / one));
+      double without = 1e100, with = 1e100;
+      float sink = 0;
+      for (int r = 0; r < repeats; ++r) {
+        without = std::min(without, seconds_of([&] {
+          for (int s = 0; s < steps; ++s) {
+            sink += compute(products);
+            touch(state, 1e-3f);
+          }
+        }));
+        fs::remove_all(dir / "loop");
+        ckpt::Manager manager(dir / "loop", {.keep_last = 2});
+        with = std::min(with, seconds_of([&] {
+          for (int s = 0; s < steps; ++s) {
+            sink += compute(products);
+            touch(state, 1e-3f);
+            manager.save(++step, state, {.blocking = false});
+          }
+          manager.wait();
+        }));
+        manager.close();
+      }
+      std::printf("  %d steps of compute (%d 64x64 products) + one update: no saves %.4f s, async save every step "
+                  "%.4f s (ratio %.2f)%s\n",
+                  steps, products, without, with, with / without, sink == 12345 ? " " : "");
     }
   } catch (const ckpt::Error& error) {
     std::fprintf(stderr, "bench: %s\n", error.what());

@@ -245,9 +245,13 @@ struct Manager::Impl {
     std::vector<std::string> names;
     for (const StatePart& part : job.parts) names.push_back(detail::part_file_name(*format, part.name));
     const std::string format_id(format->id());
+    // A blocking save has the machine to itself: every core hashes and
+    // writes. A background one shares it with the training loop: one thread
+    // per part, so that the loop keeps a core.
+    const unsigned threads = job.options.blocking ? 0 : 1;
     const auto commit_part = [&](size_t i) {
       PartDone done;
-      if (options.dedup) done.digest = detail::state_digest(job.parts[i].state);
+      if (options.dedup) done.digest = detail::state_digest(job.parts[i].state, threads);
       if (!done.digest.empty() && previous && previous->format == format_id &&
           previous_digest(*previous, names[i]) == done.digest) {
         std::vector<detail::RecordedFile> files;
@@ -261,7 +265,8 @@ struct Manager::Impl {
         }
       }
       ckpt::save(directory.path() / names[i], job.parts[i].state,
-                 {.format = format_id, .fsync = options.fsync, .state_file = StateFilePolicy::kLeave});
+                 {.format = format_id, .fsync = options.fsync, .threads = threads,
+                  .state_file = StateFilePolicy::kLeave});
       return done;
     };
     std::vector<PartDone> parts_done(job.parts.size());

@@ -250,13 +250,13 @@ Snapshot snapshot_state(const Tree& state, Buffer spare) {
   return snapshot;
 }
 
-std::string state_digest(const Tree& state) {
+std::string state_digest(const Tree& state, unsigned threads) {
   // The tensors' bytes are nearly all of the work: hashed in parallel, one
   // tensor per item (a frozen module's re-save costs this pass, not a write).
   std::vector<const Tensor*> tensors;
   Digest::tensors_in_order(state, tensors);
   std::vector<uint64_t> sums(tensors.size());
-  parallel_for(tensors.size(), 0, [&](size_t i, unsigned) {
+  parallel_for(tensors.size(), threads, [&](size_t i, unsigned) {
     sums[i] = tensors[i]->has_data() ? xxh3_64(tensors[i]->bytes()) : 0;
   });
   Digest digest(std::move(sums));

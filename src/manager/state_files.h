@@ -58,7 +58,9 @@ Snapshot snapshot_state(const Tree& state, Buffer spare = {});
 // 16 hex digits of xxh3 over the whole tree: every container's kind, size
 // and keys, every leaf's kind and value, every tensor's dtype, shape and
 // the xxh3 of its bytes. Equal digests: the same state byte for byte.
-std::string state_digest(const Tree& state);
+// `threads`: for hashing the tensors (0: default_threads(); a background
+// commit passes 1, leaving the other cores to the training loop).
+std::string state_digest(const Tree& state, unsigned threads = 0);
 
 // The files under `step_dir` (a temporary step directory), sorted by path,
 // each with its size and the xxh3 of its bytes, but for those in `known`
