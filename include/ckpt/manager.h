@@ -163,11 +163,12 @@ class Manager {
   std::optional<RestoreReport> restore_latest(const Tree& target, const RestoreOptions& options = {});
 
   // Waits until every pending save is committed and the cleanup after it
-  // is done; rethrows the first error one of them hit.
+  // is done, the checkpoints that retention removed gone from the disk too
+  // (their removal runs off the saving thread, in the background: until
+  // then they lie under hidden temporary names, in no listing); rethrows
+  // the first error one of them hit.
   void wait();
-  // wait(), then waits until the checkpoints that retention removed are
-  // freed on the disk too (their removal runs off the saving thread, in the
-  // background), then releases the lock; the manager reads only afterwards.
+  // wait(), then releases the lock; the manager reads only afterwards.
   // Rethrows as wait(). A second close() does nothing.
   void close();
 

@@ -662,8 +662,12 @@ std::optional<RestoreReport> Manager::restore_latest(const Tree& target, const R
 void Manager::wait() {
   Impl& m = *impl_;
   if (!m.worker.joinable()) return;
+  {
+    std::unique_lock<std::mutex> guard(m.mutex);
+    m.wait_idle(guard);
+  }
+  detail::drain_deferred_releases();  // what the cleanup removed is gone from the disk too
   std::unique_lock<std::mutex> guard(m.mutex);
-  m.wait_idle(guard);
   m.rethrow_error();
 }
 

@@ -4,6 +4,7 @@
 
 #include "ckpt/error.h"
 #include "ckpt/manager.h"
+#include "io/deferred_release.h"
 #include "io/file_system.h"
 #include "manager/run_config.h"
 #include "manager/run_files.h"
@@ -46,6 +47,7 @@ PruneReport prune_run_directory(const std::filesystem::path& run_dir, const Prun
     }
   }
   if (options.dry_run || remove.empty()) return report;
+  detail::drain_deferred_releases();  // removed means gone when prune returns, not only unlisted
   detail::sync_directory(run_dir, run_dir);
   if (tf_state_file) {
     std::vector<CheckpointEntry> left;

@@ -6,15 +6,18 @@
 
 #include "io/deferred_release.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
@@ -188,13 +191,25 @@ Tree state_of(float value) {
   return tree;
 }
 
+// Waits (up to 20 s) until the manager's cleanup has taken `hidden`
+// pruned checkpoints out of `run` to hidden names: the point between the
+// cleanup and the removal that Manager::wait() (which drains) passes.
+bool pruned_into_hiding(const fs::path& run, size_t hidden) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (AtomicDirectory::leftover_temporaries(run).size() < hidden) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
 TEST(DeferredReleaseTest, PrunedCheckpointsLeaveListingsAtOnce) {
   TempDir dir;
   const fs::path run = dir / "run";
   Paused paused;
   Manager manager(run, {.keep_last = 1, .fsync = false});
   for (int64_t step = 1; step <= 3; ++step) manager.save(step, state_of(static_cast<float>(step)));
-  manager.wait();
+  ASSERT_TRUE(pruned_into_hiding(run, 2));
   // Their removal waits (paused): they are out of every listing already.
   const std::vector<CheckpointEntry> entries = manager.list();
   ASSERT_EQ(entries.size(), 1u);
@@ -214,7 +229,7 @@ TEST(DeferredReleaseTest, AFailedReleaseLosesNothingCommitted) {
     Paused paused;
     Manager manager(run, {.keep_last = 1, .fsync = false});
     for (int64_t step = 1; step <= 3; ++step) manager.save(step, state_of(static_cast<float>(step)));
-    manager.wait();
+    ASSERT_TRUE(pruned_into_hiding(run, 2));
     ASSERT_EQ(AtomicDirectory::leftover_temporaries(run).size(), 2u);
     // Someone else removes what waits (a cleaner, by hand) before the
     // thread gets to it: the release finds nothing and says nothing.
