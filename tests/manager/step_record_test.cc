@@ -152,6 +152,23 @@ TEST(RunConfigTest, RoundTripsEveryPolicy) {
   EXPECT_EQ(std::get<CustomPolicy>(back.policies[6]).last_kept, (std::vector<int64_t>{4}));
 }
 
+// `good` with each (from -> to) replacement made, one at a time: every one
+// is refused as kCorrupt.
+void expect_each_defect_corrupt(const std::string& good,
+                                const std::vector<std::pair<std::string, std::string>>& defects) {
+  for (const auto& [from, to] : defects) {
+    std::string text = good;
+    ASSERT_NE(text.find(from), std::string::npos) << from << " in " << text;
+    text.replace(text.find(from), from.size(), to);
+    try {
+      detail::parse_run_config(text, "run/ckpt_manager.json");
+      ADD_FAILURE() << text << ": accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << text;
+    }
+  }
+}
+
 TEST(RunConfigTest, RoundTripsTheReturnnLayout) {
   detail::RunConfig config;
   config.format = "torch";
@@ -174,17 +191,7 @@ TEST(RunConfigTest, RoundTripsTheReturnnLayout) {
       {R"("committed_epochs":[[3,300],[4,410]])", R"("committed_epochs":[[3]])"},
       {R"(,"committed_epochs":[[3,300],[4,410]])", ""},
   };
-  for (const auto& [from, to] : defects) {
-    std::string text = json;
-    ASSERT_NE(text.find(from), std::string::npos) << from << " in " << text;
-    text.replace(text.find(from), from.size(), to);
-    try {
-      detail::parse_run_config(text, "run/ckpt_manager.json");
-      ADD_FAILURE() << text << ": accepted";
-    } catch (const Error& error) {
-      EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << text;
-    }
-  }
+  expect_each_defect_corrupt(json, defects);
 }
 
 TEST(RunConfigTest, MalformedConfigsAreCorrupt) {
@@ -199,16 +206,7 @@ TEST(RunConfigTest, MalformedConfigsAreCorrupt) {
       {R"("n":2)", R"("m":2)"},
       {R"([{"kind")", R"([1,{"kind")"},
   };
-  for (const auto& [from, to] : defects) {
-    std::string text = good;
-    text.replace(text.find(from), from.size(), to);
-    try {
-      detail::parse_run_config(text, "run/ckpt_manager.json");
-      ADD_FAILURE() << text << ": accepted";
-    } catch (const Error& error) {
-      EXPECT_EQ(error.code(), ErrorCode::kCorrupt) << text;
-    }
-  }
+  expect_each_defect_corrupt(good, defects);
 }
 
 }  // namespace
