@@ -1,6 +1,8 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/uio.h>
+#include <climits>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,9 +26,9 @@ namespace {
 // Writes are split into pieces of this size: large enough for full disk
 // bandwidth, small enough to keep checksumming in cache.
 constexpr size_t kChunkSize = size_t{8} << 20;
-// Spans smaller than this that lie back to back are gathered into one buffer
-// (up to kChunkSize) and written with one call: thousands of small tensors
-// cost a few large writes instead of one system call each.
+// Spans smaller than this that lie back to back are gathered (up to
+// kChunkSize) into one vectored write: thousands of small tensors cost a few
+// large writes instead of one system call each.
 constexpr size_t kGatherBelow = size_t{256} << 10;
 
 // Durable writes of at least this size start their writeback at once
@@ -112,13 +114,37 @@ void AtomicFile::resize(uint64_t size) {
 }
 
 void AtomicFile::write_at(std::span<const std::byte> bytes, uint64_t offset) {
-  const bool flush_early = options_.fsync && bytes.size() >= kFlushEarlyFrom && g_flush_early.load();
+  const std::span<const std::byte> one[] = {bytes};
+  write_vectored_at(one, offset);
+}
+
+void AtomicFile::write_vectored_at(std::span<const std::span<const std::byte>> pieces, uint64_t offset) {
+  uint64_t total = 0;
+  for (const auto& piece : pieces) total += piece.size();
+  const bool flush_early = options_.fsync && total >= kFlushEarlyFrom && g_flush_early.load();
   const uint64_t first = offset;
   bool drained = false;  // the space of deferred releases was freed for this write
-  while (!bytes.empty()) {
-    const size_t chunk = std::min(bytes.size(), size_t{1} << 30);
-    if (fault_injected(chunk)) throw_io(final_path_, "write failed", ENOSPC, offset);
-    const ssize_t n = ::pwrite(fd_, bytes.data(), chunk, static_cast<off_t>(offset));
+  size_t next = 0;       // the first piece not wholly written
+  size_t skip = 0;       // bytes of pieces[next] already written
+  std::vector<iovec> vector;
+  while (next < pieces.size()) {
+    if (pieces[next].size() == skip) {
+      ++next;
+      skip = 0;
+      continue;
+    }
+    // At most IOV_MAX buffers and 1 GiB per call.
+    vector.clear();
+    size_t call = 0;
+    for (size_t i = next; i < pieces.size() && vector.size() < IOV_MAX && call < (size_t{1} << 30); ++i) {
+      const size_t from = i == next ? skip : 0;
+      const size_t size = std::min(pieces[i].size() - from, (size_t{1} << 30) - call);
+      if (size == 0) continue;
+      vector.push_back({const_cast<std::byte*>(pieces[i].data() + from), size});
+      call += size;
+    }
+    if (fault_injected(call)) throw_io(final_path_, "write failed", ENOSPC, offset);
+    const ssize_t n = ::pwritev(fd_, vector.data(), static_cast<int>(vector.size()), static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     // A full disk may only be waiting for replaced files' blocks
     // (io/deferred_release.h): those are freed, then the write tried again.
@@ -129,8 +155,16 @@ void AtomicFile::write_at(std::span<const std::byte> bytes, uint64_t offset) {
     }
     if (n < 0) throw_io(final_path_, "write failed", errno, offset);
     if (n == 0) throw_io(final_path_, "write made no progress", ENOSPC, offset);
-    bytes = bytes.subspan(static_cast<size_t>(n));
     offset += static_cast<uint64_t>(n);
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      const size_t here = std::min(left, pieces[next].size() - skip);
+      left -= here;
+      skip += here;
+      if (skip == pieces[next].size()) {
+        ++next;
+        skip = 0;
+      }
+    }
   }
   // Writeback of the range starts now, overlapping the writes that follow;
   // the final fsync still waits for all of it. Advisory: errors surface there.
@@ -139,9 +173,9 @@ void AtomicFile::write_at(std::span<const std::byte> bytes, uint64_t offset) {
 
 namespace {
 
-// A unit of work for one thread: spans[first, last). Either one span written
-// in chunks straight from its memory, or a run of small spans that lie back
-// to back in the file, gathered into one buffer and written at once.
+// A unit of writing: spans[first, last). Either one span written in chunks
+// straight from its memory, or a run of small spans that lie back to back in
+// the file, written with one vectored call.
 struct WriteJob {
   size_t first;
   size_t last;
@@ -173,33 +207,59 @@ std::vector<WriteJob> plan_jobs(const std::vector<WriteSpan>& spans) {
 void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned threads) {
   const std::vector<WriteJob> jobs = plan_jobs(spans);
   if (threads == 0) threads = default_threads();
-  uint64_t total = 0;
-  for (const WriteSpan& span : spans) total += span.bytes.size();
-  threads = static_cast<unsigned>(std::min<uint64_t>({threads, jobs.size(), std::max<uint64_t>(1, total / kChunkSize)}));
-
-  auto write_span = [this](const WriteSpan& span) {
+  std::vector<size_t> summed;  // spans with an on_chunk
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].on_chunk) summed.push_back(i);
+  }
+  const bool alongside = threads > 1 && !summed.empty();  // on_chunk on other threads
+  const auto each_piece = [](const WriteSpan& span, auto&& body) {
     size_t done = 0;
     do {
       const auto piece = span.bytes.subspan(done, std::min(kChunkSize, span.bytes.size() - done));
-      if (span.on_chunk) span.on_chunk(piece);
-      write_at(piece, span.offset + done);
+      body(piece, span.offset + done);
       done += piece.size();
     } while (done < span.bytes.size());
   };
-  auto run_job = [&](const WriteJob& job, std::vector<std::byte>& gathered) {
-    if (job.last - job.first == 1) return write_span(spans[job.first]);
-    gathered.resize(job.bytes);
-    size_t at = 0;
-    for (size_t i = job.first; i < job.last; ++i) {
-      const auto bytes = spans[i].bytes;
-      if (spans[i].on_chunk) spans[i].on_chunk(bytes);
-      if (!bytes.empty()) std::memcpy(gathered.data() + at, bytes.data(), bytes.size());
-      at += bytes.size();
+
+  std::exception_ptr checksum_error;
+  std::thread checksums;
+  if (alongside) {
+    checksums = std::thread([&] {
+      try {
+        parallel_for(summed.size(), threads - 1, [&](size_t i, unsigned) {
+          const WriteSpan& span = spans[summed[i]];
+          each_piece(span, [&](std::span<const std::byte> piece, uint64_t) { span.on_chunk(piece); });
+        });
+      } catch (...) {
+        checksum_error = std::current_exception();
+      }
+    });
+  }
+  std::exception_ptr write_error;
+  try {
+    std::vector<std::span<const std::byte>> gathered;
+    for (const WriteJob& job : jobs) {
+      if (job.last - job.first == 1) {
+        const WriteSpan& span = spans[job.first];
+        each_piece(span, [&](std::span<const std::byte> piece, uint64_t at) {
+          if (!alongside && span.on_chunk) span.on_chunk(piece);
+          write_at(piece, at);
+        });
+        continue;
+      }
+      gathered.clear();
+      for (size_t i = job.first; i < job.last; ++i) {
+        if (!alongside && spans[i].on_chunk) spans[i].on_chunk(spans[i].bytes);
+        gathered.push_back(spans[i].bytes);
+      }
+      write_vectored_at(gathered, spans[job.first].offset);
     }
-    write_at(gathered, spans[job.first].offset);
-  };
-  std::vector<std::vector<std::byte>> gathered(std::max(threads, 1u));  // scratch per thread
-  parallel_for(jobs.size(), threads, [&](size_t i, unsigned worker) { run_job(jobs[i], gathered[worker]); });
+  } catch (...) {
+    write_error = std::current_exception();
+  }
+  if (checksums.joinable()) checksums.join();
+  if (write_error) std::rethrow_exception(write_error);
+  if (checksum_error) std::rethrow_exception(checksum_error);
 }
 
 void AtomicFile::seal() {

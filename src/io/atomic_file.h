@@ -63,12 +63,16 @@ class AtomicFile {
   // after drain_deferred_releases() freed replaced files' blocks.
   // Throws Error{kIo} naming the final path.
   void write_at(std::span<const std::byte> bytes, uint64_t offset);
-  // Writes every span, spread over `threads` threads (0: min(hardware
-  // threads, 4)). A large span is written in 8 MiB chunks by one thread, in
-  // order; small spans that lie back to back in the file are gathered into
-  // one buffer and written with one call. Every span's on_chunk sees all its
-  // bytes, in order, before they are written. Throws the first Error any
-  // thread hit.
+  // Writes every span, using `threads` threads (0: min(hardware threads,
+  // 4)). The calling thread writes, in file order: a large span in 8 MiB
+  // pieces straight from its memory, small spans that lie back to back in
+  // the file with one vectored call (pwritev, no copy). Writes into one
+  // file's page cache serialize on the file system's inode lock, so more
+  // writers gain nothing; the other threads run the spans' on_chunk
+  // (checksums) at the same time, each span's pieces in order. With one
+  // thread, each piece's on_chunk runs just before that piece is written.
+  // Every on_chunk has seen all its span's bytes, in order, when this
+  // returns. Throws the first Error either side hit (after both stopped).
   void write_parallel(const std::vector<WriteSpan>& spans, unsigned threads = 0);
   // fsync (if asked) and close the file, keeping it under its temporary
   // name: for writers of many files, which would otherwise hold one
@@ -96,6 +100,10 @@ class AtomicFile {
   static constexpr int kSealedLocks = 256;
 
  private:
+  // write_at over several buffers that lie back to back from `offset`
+  // (one pwritev per up to IOV_MAX of them), with write_at's retries and
+  // early writeback.
+  void write_vectored_at(std::span<const std::span<const std::byte>> pieces, uint64_t offset);
   void abandon() noexcept;
   void release_lock() noexcept;
   std::filesystem::path final_path_;
