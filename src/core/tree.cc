@@ -44,11 +44,21 @@ size_t hash_key(const Key& key) noexcept {
 
 namespace {
 
-// Slots hold entry position + 1 (0 = empty); the slot count is a power of two
-// at least twice the number of entries, so probes stay short.
+// Slots hold entry position + 1 in the low 32 bits (0 = empty) and the high
+// 32 bits of the key's hash in the high ones, so that a probe compares keys
+// only when their hashes agree; the slot count is a power of two at least
+// twice the number of entries, so probes stay short.
 struct Index {
-  std::vector<uint32_t> slots;
+  std::vector<uint64_t> slots;
 };
+
+constexpr uint64_t slot_value(size_t position, size_t hash) noexcept {
+  return (static_cast<uint64_t>(hash) & 0xffffffff00000000ull) | static_cast<uint64_t>(position + 1);
+}
+constexpr uint32_t slot_position(uint64_t slot) noexcept { return static_cast<uint32_t>(slot); }  // + 1
+constexpr bool slot_hash_matches(uint64_t slot, size_t hash) noexcept {
+  return ((slot ^ static_cast<uint64_t>(hash)) & 0xffffffff00000000ull) == 0;
+}
 
 struct MapEntry {
   Key key;
@@ -88,9 +98,11 @@ void drop(T* shared) noexcept {
 
 }  // namespace
 
-size_t Tree::position_of(const Key& key) const noexcept {
-  const std::vector<MapEntry>& children = value_.map->entries;
-  const Index* index = value_.map->index.get();
+namespace {
+
+// The position of `key` (whose hash is `hash`) among `children`, or
+// kNoPosition.
+size_t find_position(const std::vector<MapEntry>& children, const Index* index, const Key& key, size_t hash) noexcept {
   if (!index) {
     for (size_t i = 0; i < children.size(); ++i) {
       if (children[i].key == key) return i;
@@ -98,36 +110,51 @@ size_t Tree::position_of(const Key& key) const noexcept {
     return kNoPosition;
   }
   const size_t mask = index->slots.size() - 1;
-  for (size_t slot = hash_key(key) & mask;; slot = (slot + 1) & mask) {
-    const uint32_t stored = index->slots[slot];
+  for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+    const uint64_t stored = index->slots[slot];
     if (stored == 0) return kNoPosition;
-    if (children[stored - 1].key == key) return stored - 1;
+    if (slot_hash_matches(stored, hash) && children[slot_position(stored) - 1].key == key) {
+      return slot_position(stored) - 1;
+    }
   }
 }
 
-void Tree::index_entry(size_t position) {
-  std::vector<MapEntry>& children = value_.map->entries;
-  std::unique_ptr<Index>& index = value_.map->index;
-  const size_t count = children.size();
-  if (count < kIndexThreshold) return;
-  if (!index || index->slots.size() < 2 * count) {
-    // (Re)build with room to grow.
-    if (!index) index = std::make_unique<Index>();
-    size_t capacity = 64;
-    while (capacity < 4 * count) capacity *= 2;
-    index->slots.assign(capacity, 0);
-    for (size_t i = 0; i < count; ++i) {
-      const size_t mask = capacity - 1;
-      size_t slot = hash_key(children[i].key) & mask;
-      while (index->slots[slot] != 0) slot = (slot + 1) & mask;
-      index->slots[slot] = static_cast<uint32_t>(i + 1);
-    }
-    return;
+// (Re)builds the index over `children` with room for `count` entries.
+void build_index(const std::vector<MapEntry>& children, std::unique_ptr<Index>& index, size_t count) {
+  if (!index) index = std::make_unique<Index>();
+  size_t capacity = 64;
+  while (capacity < 4 * count) capacity *= 2;
+  index->slots.assign(capacity, 0);
+  const size_t mask = capacity - 1;
+  for (size_t i = 0; i < children.size(); ++i) {
+    const size_t hash = hash_key(children[i].key);
+    size_t slot = hash & mask;
+    while (index->slots[slot] != 0) slot = (slot + 1) & mask;
+    index->slots[slot] = slot_value(i, hash);
   }
+}
+
+// Adds children[position], whose key hashes to `hash`, to the index (built,
+// or grown with room to spare, where needed).
+void add_to_index(const std::vector<MapEntry>& children, std::unique_ptr<Index>& index, size_t position, size_t hash) {
+  const size_t count = children.size();
+  if (!index && count < kIndexThreshold) return;  // once built (or reserved), kept up to date
+  if (!index || index->slots.size() < 2 * count) return build_index(children, index, count);
   const size_t mask = index->slots.size() - 1;
-  size_t slot = hash_key(children[position].key) & mask;
+  size_t slot = hash & mask;
   while (index->slots[slot] != 0) slot = (slot + 1) & mask;
-  index->slots[slot] = static_cast<uint32_t>(position + 1);
+  index->slots[slot] = slot_value(position, hash);
+}
+
+}  // namespace
+
+size_t Tree::position_of(const Key& key) const noexcept {
+  return find_position(value_.map->entries, value_.map->index.get(), key, hash_key(key));
+}
+
+void Tree::index_entry(size_t position) {
+  const std::vector<MapEntry>& children = value_.map->entries;
+  add_to_index(children, value_.map->index, position, hash_key(children[position].key));
 }
 
 namespace {
@@ -246,7 +273,15 @@ size_t Tree::size() const noexcept {
 }
 
 void Tree::reserve(size_t count) {
-  if (kind_ == Kind::kMap) return value_.map->entries.reserve(count);
+  if (kind_ == Kind::kMap) {
+    value_.map->entries.reserve(count);
+    // The index sized for `count` at once, not rebuilt as the map grows.
+    const Index* index = value_.map->index.get();
+    if (count >= kIndexThreshold && (!index || index->slots.size() < 2 * count)) {
+      build_index(value_.map->entries, value_.map->index, count);
+    }
+    return;
+  }
   if (kind_ == Kind::kList) return value_.list->items.reserve(count);
   wrong_kind("map or list", kind_);
 }
@@ -272,14 +307,15 @@ TreeEntry Tree::Entries::at(size_t position) const {
 Tree& Tree::set(Key key, Tree value) {
   if (kind_ != Kind::kMap) wrong_kind("map", kind_);
   std::vector<MapEntry>& children = value_.map->entries;
-  const size_t position = position_of(key);
+  const size_t hash = hash_key(key);
+  const size_t position = find_position(children, value_.map->index.get(), key, hash);
   if (position != kNoPosition) {
     children[position].value = std::move(value);
     return children[position].value;
   }
-  if (children.size() >= UINT32_MAX) throw Error(ErrorCode::kInvalidArgument, "map has too many entries");
+  if (children.size() >= UINT32_MAX - 1) throw Error(ErrorCode::kInvalidArgument, "map has too many entries");
   children.push_back(MapEntry{std::move(key), std::move(value)});
-  index_entry(children.size() - 1);
+  add_to_index(children, value_.map->index, children.size() - 1, hash);
   return children.back().value;
 }
 

@@ -239,3 +239,30 @@ TEST(TreeTest, ForEachLeafNamesAsLeavesDoes) {
 
 }  // namespace
 }  // namespace ckpt
+
+namespace ckpt {
+namespace {
+
+// reserve() builds the key index up front; a map that stays smaller than the
+// linear-search threshold, or grows past the reserved size, must still find
+// every key and replace (not duplicate) a key set twice.
+TEST(TreeTest, ReservedMapFindsEveryKeyAtEverySize) {
+  for (const size_t reserved : {size_t{0}, size_t{20}, size_t{1000}}) {
+    for (const size_t count : {size_t{3}, size_t{17}, size_t{2500}}) {
+      Tree map = Tree::map();
+      map.reserve(reserved);
+      for (size_t i = 0; i < count; ++i) map.set("layer." + std::to_string(i), static_cast<int64_t>(i));
+      map.set("layer.1", int64_t{-1});
+      ASSERT_EQ(map.size(), count) << reserved << " " << count;
+      for (size_t i = 0; i < count; ++i) {
+        const Tree* found = map.find("layer." + std::to_string(i));
+        ASSERT_NE(found, nullptr) << i;
+        EXPECT_EQ(found->integer(), i == 1 ? -1 : static_cast<int64_t>(i));
+      }
+      EXPECT_EQ(map.find("layer." + std::to_string(count)), nullptr);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ckpt

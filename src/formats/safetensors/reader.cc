@@ -86,11 +86,17 @@ class Reader {
 
     Contents contents;
     contents.format = "safetensors";
+    // The ckpt dtype of each reference rank (refuse_unsupported() let only
+    // known ones through), looked up once per open, not per tensor.
+    std::array<std::optional<DType>, kReferenceDTypes.size()> dtypes;
+    for (size_t rank = 0; rank < kReferenceDTypes.size(); ++rank) {
+      dtypes[rank] = dtype_from_safetensors(kReferenceDTypes[rank].code);
+    }
     std::vector<Tensor> tensors;
     tensors.reserve(order.size());
     contents.entries.reserve(order.size());
     for (HeaderEntry* entry : order) {
-      const DType dtype = *dtype_from_safetensors(kReferenceDTypes[entry->rank].code);
+      const DType dtype = *dtypes[entry->rank];
       const uint64_t offset = data_start_ + entry->begin;
       const uint64_t size = entry->end - entry->begin;
       if (dtype == DType::kFloat4E2M1FNx2) entry->shape.back() /= kFloat4PerByte;  // values -> bytes
@@ -200,7 +206,7 @@ class Reader {
     return !value.get_uint64().get(out);
   }
 
-  HeaderEntry parse_entry(std::string_view name, const element& value) const {
+  HeaderEntry parse_entry(std::string_view name, const element& value) {
     object info;
     if (value.get_object().get(info)) fail_header("tensor info is not a JSON object", name);
     HeaderEntry entry;
@@ -212,9 +218,15 @@ class Reader {
         has_dtype = true;
         std::string_view code;
         if (field.value.get_string().get(code)) fail_header("\"dtype\" is not a string", name);
-        const std::optional<size_t> rank = reference_rank(code);
-        if (!rank) fail_header("unknown dtype " + detail::quoted(code), name);
-        entry.rank = *rank;
+        // Most tensors of a file share a dtype: the last code found is
+        // tried first.
+        if (!last_code_ || code != *last_code_) {
+          const std::optional<size_t> rank = reference_rank(code);
+          if (!rank) fail_header("unknown dtype " + detail::quoted(code), name);
+          last_code_ = code;
+          last_rank_ = *rank;
+        }
+        entry.rank = last_rank_;
       } else if (field.key == kShapeField) {
         if (has_shape) fail_header("duplicate field \"shape\"", name);
         has_shape = true;
@@ -270,7 +282,10 @@ class Reader {
     });
     uint64_t start = 0;
     for (const HeaderEntry* entry : order) {
-      const std::string offsets = "data_offsets [" + std::to_string(entry->begin) + ", " + std::to_string(entry->end) + "]";
+      // Built only for an error: an open of many tensors pays nothing for it.
+      const auto offsets = [entry] {
+        return "data_offsets [" + std::to_string(entry->begin) + ", " + std::to_string(entry->end) + "]";
+      };
       if (entry->begin != start || entry->end < entry->begin) {
         std::string why;
         if (entry->end < entry->begin) {
@@ -282,7 +297,7 @@ class Reader {
         } else {
           why = "overlaps the previous tensor, which ends at " + std::to_string(start);
         }
-        fail("invalid " + offsets + ": " + why, entry->name, checked_file_offset(entry->begin));
+        fail("invalid " + offsets() + ": " + why, entry->name, checked_file_offset(entry->begin));
       }
       start = entry->end;
       if (entry->size_overflows) {
@@ -294,7 +309,7 @@ class Reader {
              entry->name, checked_file_offset(entry->begin));
       }
       if (entry->end - entry->begin != entry->nbits / 8) {
-        fail(offsets + " hold " + std::to_string(entry->end - entry->begin) + " bytes, but " +
+        fail(offsets() + " hold " + std::to_string(entry->end - entry->begin) + " bytes, but " +
                  std::string(kReferenceDTypes[entry->rank].code) + " × shape needs " + std::to_string(entry->nbits / 8),
              entry->name, checked_file_offset(entry->begin));
       }
@@ -538,6 +553,8 @@ class Reader {
 
   Buffer whole_;
   ReusedParser parser_{ReusedParser::kHeader};
+  std::optional<std::string_view> last_code_;  // the dtype code parse_entry() last looked up
+  size_t last_rank_ = 0;
   uint64_t data_start_ = 0;
 };
 
