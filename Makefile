@@ -16,7 +16,7 @@ JOBS       ?= $(shell nproc)
 export CC  ?= cc
 export CXX ?= g++
 
-.PHONY: all deps build build-tool asan tsan fuzz fuzz-smoke test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats bench-gpu python clean
+.PHONY: all deps build build-tool asan tsan fuzz fuzz-smoke test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats bench-gpu bench-speed python clean
 
 all: build
 
@@ -96,6 +96,9 @@ bench: build python
 
 bench-torch: build
 	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
+
+bench-speed: build
+	$(PYTHON) bench/bench_speed.py --bench $(BUILD)/ckpt_bench
 
 bench-python: build python
 	$(PYTHON) bench/bench_python.py --bench $(BUILD)/ckpt_bench

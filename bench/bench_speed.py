@@ -1,0 +1,90 @@
+"""The speed table of issue 18 in one run (make bench-speed): each row a
+ratio against the plain system-call limit measured in the same process on
+the same bytes (ckpt's side timed in C++ by `ckpt_bench file`), with the
+peer beside it.
+
+  save .safetensors (no fsync)   ckpt / plain write()       peer: safetensors.save_file
+  durable save .pt (fsync)       ckpt / plain write()+fsync peer: torch.save + fsync
+  overwriting an existing .pt    ckpt vs torch.save onto it, in pairs
+  full load .safetensors         ckpt (into heap) / plain read()   peer: safetensors.load_file, touched
+  lazy open, 10,000 tensors      ckpt open per 1,000 tensors       peer: safetensors.safe_open
+
+Ratios are limit-or-peer time / ckpt time (higher: ckpt faster). Never part
+of pass/fail.
+
+    .venv/bin/python bench/bench_speed.py [--repeats N] [--gib X] [--bench build/ckpt_bench]
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import safetensors.torch
+import torch
+from safetensors import safe_open
+
+from bench_common import best, run
+from bench_torch import overwrite_pairs
+
+
+def ckpt_file(bench, path, directory, repeats):
+    result = subprocess.run([bench, "file", str(path), "--repeats", str(repeats), "--dir", str(directory)],
+                            check=True, capture_output=True, text=True)
+    return json.loads(result.stdout)
+
+
+def touch(state):
+    return sum(int(t.reshape(-1).view(torch.uint8)[::4096].sum()) for t in state.values())
+
+
+def measure(label, sd, directory, bench, repeats):
+    n = len(sd)
+    nbytes = sum(t.numel() * t.element_size() for t in sd.values())
+    st, pt = directory / f"{label}.safetensors", directory / f"{label}.pt"
+    safetensors.torch.save_file(sd, st)
+    torch.save(sd, pt)
+    out = directory / "peer-out"
+    print(f"\n== {label}: {n} float32 tensors, {nbytes / 2**20:.0f} MiB (best of {repeats}) ==")
+
+    def fresh():
+        if out.exists():
+            out.unlink()
+        os.sync()
+
+    def torch_save_fsync():
+        with open(out, "wb") as f:
+            torch.save(sd, f)
+            f.flush()
+            os.fsync(f.fileno())
+
+    c_st = ckpt_file(bench, st, directory, repeats)
+    if label == "many":
+        t_open = best(repeats * 3, lambda: safe_open(st, "pt").__enter__())
+        print(f"lazy open: ckpt {c_st['open_s'] * 1e3:7.2f} ms ({c_st['open_s'] / n * 1e6:5.2f} ms per 1,000)"
+              f" | safe_open {t_open * 1e3:7.2f} ms | ratio {t_open / c_st['open_s']:5.2f}x")
+        return
+    t_st_save = best(repeats, lambda: safetensors.torch.save_file(sd, out), before=fresh)
+    t_st_load = best(repeats, lambda: touch(safetensors.torch.load_file(st)))
+    t_torch_fsync = best(repeats, torch_save_fsync, before=fresh)
+    fresh()
+    c_pt = ckpt_file(bench, pt, directory, repeats)
+    t_over_torch, t_over_ckpt = overwrite_pairs(sd, pt, directory, bench, repeats)
+    print(f"save .safetensors: ckpt / plain write() {c_st['plain_s'] / c_st['save_s']:5.2f}x"
+          f" | safetensors.save_file / plain {c_st['plain_s'] / t_st_save:5.2f}x"
+          f" | ckpt vs safetensors {t_st_save / c_st['save_s']:5.2f}x")
+    print(f"durable save .pt: ckpt / plain write()+fsync {c_pt['plain_fsync_s'] / c_pt['save_fsync_s']:5.2f}x"
+          f" | ckpt vs torch.save+fsync {t_torch_fsync / c_pt['save_fsync_s']:5.2f}x")
+    print(f"overwrite .pt: ckpt vs torch.save onto it {t_over_torch / t_over_ckpt:5.2f}x")
+    print(f"full load .safetensors: ckpt / plain read() {c_st['read_s'] / c_st['load_s']:5.2f}x"
+          f" | ckpt vs safetensors.load_file (touched) {t_st_load / c_st['load_s']:5.2f}x")
+
+
+def main():
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    run(measure, lambda d: f"torch {torch.__version__}; safetensors {safetensors.__version__}; files in {d};"
+                           f" {time.strftime('%Y-%m-%d %H:%M')}", "ckpt-bench-speed-")
+
+
+if __name__ == "__main__":
+    main()
