@@ -366,19 +366,20 @@ def test_check_hash_uses_the_prefix_in_the_name(ckpt, nginx_server, tmp_path, ur
     data = write_peer("torch", tmp_path / "src", sample_state(13)).read_bytes()
     right = sha256_hex(data)
     good = nginx_server.write(f"resnet-{right[:8]}.pt", data)
-    bad_prefix = "deadbeef" if not right.startswith("deadbeef") else "cafef00d"
-    bad = nginx_server.write(f"resnet-{bad_prefix}.pt", data)
+    other = write_peer("torch", tmp_path / "other", sample_state(14)).read_bytes()  # not in the cache as `good`
+    bad_prefix = "cafef00d" if sha256_hex(other).startswith("deadbeef") else "deadbeef"
+    bad = nginx_server.write(f"resnet-{bad_prefix}.pt", other)
     plain = nginx_server.write("resnet.pt", data)
 
     assert pathlib.Path(ckpt.fetch(good, check_hash=True)).read_bytes() == data
     assert_bit_exact(ckpt.load(good, check_hash=True), sample_state(13))
     with pytest.raises(ckpt.CorruptCheckpointError) as error:
         ckpt.fetch(bad, check_hash=True)
-    assert_one_line_naming(error.value, bad, bad_prefix, right)
-    assert_not_cached(ckpt, bad, url_env, data)
+    assert_one_line_naming(error.value, bad, bad_prefix, sha256_hex(other))
+    assert_not_cached(ckpt, bad, url_env, other)
     with pytest.raises(ckpt.CorruptCheckpointError):
         ckpt.load(bad, check_hash=True)
-    assert pathlib.Path(ckpt.fetch(bad)).read_bytes() == data  # without check_hash the name is just a name
+    assert pathlib.Path(ckpt.fetch(bad)).read_bytes() == other  # without check_hash the name is just a name
     assert pathlib.Path(ckpt.fetch(plain, check_hash=True)).read_bytes() == data  # no -<hex>. in the name
 
 
