@@ -397,7 +397,7 @@ def test_resume_after_a_cut_connection(ckpt, fault_server, tmp_path):
     rows = gets(fault_server.requests(url))
     assert len(rows) == 2, rows
     assert (rows[0].range, rows[0].status, rows[0].bytes) == (None, 200, cut)
-    assert rows[1].range == f"bytes={cut}-", rows[1]
+    assert rows[1].range in (f"bytes={cut}-", f"bytes={cut}-{len(data) - 1}"), rows[1]  # from the cut to the end
     assert rows[1].if_range == fault_server.etag("model.safetensors"), rows[1]
     assert (rows[1].status, rows[1].bytes) == (206, len(data) - cut)
     assert sum(r.bytes for r in rows) == len(data)
