@@ -618,10 +618,13 @@ def safetensors_layout(path):
 
 
 def _middle_tensor(path):
-    """The tensor whose bytes start nearest the file's middle, and the header's length."""
+    """A tensor over 64 KiB whose bytes lie past the first 64 KiB (none of
+    them in the header probe), the one starting nearest the file's middle;
+    and the header's length."""
     header, spans = safetensors_layout(path)
     size = pathlib.Path(path).stat().st_size
-    name = min(spans, key=lambda n: abs(spans[n][0] - size // 2))
+    big = [n for n, (begin, end) in spans.items() if end - begin > HEADER_PROBE and begin >= HEADER_PROBE]
+    name = min(big or spans, key=lambda n: abs(spans[n][0] - size // 2))
     return name, header
 
 
