@@ -7,6 +7,7 @@
 
 #include "ckpt/format.h"
 #include "ckpt/tree.h"
+#include "ckpt/url.h"
 
 namespace ckpt {
 
@@ -22,7 +23,9 @@ namespace ckpt {
 void save(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options = {});
 
 // Returns the tree of `path`; tensors map the file lazily and keep the
-// mapping alive. Throws Error{kNotFound} if `path` does not exist,
+// mapping alive. `path` may be an http(s) URL (ckpt/url.h): it is fetched
+// into the cache first (options.fetch), or with options.remote_lazy opened
+// over the network, each tensor fetched when first used. Throws Error{kNotFound} if `path` does not exist,
 // {kUnsupported} if no format recognizes it, {kCorrupt} if it fails
 // validation (or, with options.verify, a checksum).
 Tree load(const std::filesystem::path& path, const LoadOptions& options = {});
@@ -30,6 +33,13 @@ Tree load(const std::filesystem::path& path, const LoadOptions& options = {});
 // As load(), with everything the file says about itself: format, metadata,
 // tensors in file order, checksums.
 Contents open(const std::filesystem::path& path, const LoadOptions& options = {});
+
+// Fetches the bytes of every tensor of `tree` that a lazy remote open
+// (LoadOptions::remote_lazy) has not fetched yet, in one pass per file with
+// neighbouring ranges coalesced; the tensors stay where they are (read on
+// first use from the cache's file). Tensors of local files are untouched.
+// Throws Error{kRemote} as ckpt::fetch does.
+void prefetch(const Tree& tree);
 
 // Replaces every tensor of `tree` that maps a file with one in heap memory.
 // Tensors that map one file are read together: the span of the file they
@@ -44,7 +54,7 @@ void materialize(Tree& tree, unsigned threads = 0);
 // unknown options.format.
 const Format& save_format(const std::filesystem::path& path, const SaveOptions& options = {});
 
-// The format of `path`: a format that claims the path itself (a TF bundle
+// The format of `path` (a URL is fetched first): a format that claims the path itself (a TF bundle
 // prefix, a directory; Format::detect_path), else by content (the extension
 // only breaks ties).
 // Throws Error{kNotFound} / {kUnsupported}.

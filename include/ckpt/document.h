@@ -12,6 +12,7 @@
 #include "ckpt/diff.h"
 #include "ckpt/format.h"
 #include "ckpt/tree.h"
+#include "ckpt/url.h"
 
 namespace ckpt {
 
@@ -47,6 +48,12 @@ Tree diff_document(const DiffReport& report, const std::filesystem::path& a, con
 //                 "dtypes": [str...]}...]}
 // (the booleans are FormatCapabilities' fields).
 Tree formats_document();
+
+// The URL cache (ckpt/url.h), as `ckpt cache ls --json` prints it:
+//   {"cache_dir": str, "entries": [{"url", "path", "size", "sha256" (null
+//    while incomplete), "etag", "last_modified" (null when the server sent
+//    none), "time", "complete", "present" (bytes held)}...]}
+Tree cache_document(const std::filesystem::path& cache_dir, const std::vector<CacheEntry>& entries);
 
 // `document` as compact JSON text (core/json_writer.h's style): maps as
 // objects (integer keys in decimal), lists as arrays, and leaves as JSON

@@ -20,6 +20,7 @@ enum class ErrorCode {
   kMismatch,         // two things that must agree do not (dtype, shape, names)
   kUnsupported,      // valid, but not something ckpt can read or write
   kIo,               // the operating system refused (permissions, disk full)
+  kRemote,           // a URL could not be fetched (HTTP status, DNS, TLS, timeout, offline)
 };
 
 // Returns the lower-case name of `code` ("not found", "corrupt", ...).

@@ -15,6 +15,7 @@
 #include "ckpt/checksum.h"
 #include "ckpt/dtype.h"
 #include "ckpt/tree.h"
+#include "ckpt/url.h"
 
 namespace ckpt {
 
@@ -55,6 +56,15 @@ struct LoadOptions {
   bool lazy = true;
   // Threads for a non-lazy load; 0 picks min(hardware threads, 4).
   unsigned threads = 0;
+  // A path that is an http(s) URL (ckpt/url.h): how it is fetched.
+  FetchOptions fetch;
+  // For a URL (with lazy): open it without downloading it first. A
+  // safetensors file's header is read with one range request; each tensor's
+  // bytes are fetched when first used (materialize() and prefetch() fetch
+  // many at once, neighbours coalesced) into the cache's sparse file and
+  // checked against the tensor's stored checksum where the file has one
+  // (ckpt's extras). Other formats are downloaded whole, as without it.
+  bool remote_lazy = false;
 };
 
 // What a save does to the file beside a checkpoint that names the latest

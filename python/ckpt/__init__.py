@@ -48,7 +48,9 @@ def _import_core():
 
 _ckpt = _import_core()
 from ._gc import no_gc as _no_gc
-from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, UnsupportedError
+from ._errors import CheckpointError, CorruptCheckpointError, MismatchError, RemoteError, UnsupportedError
+from ._url import cache_clear, cache_dir, cache_list, cache_remove, fetch, is_url
+from ._url import local_path as _local_path
 from ._restore import KEEP, RestoreReport, TensorSpec, field, rename_steps, restore, to_nest
 from ._manager import Manager, average, detect, list_run_directory, ls, prune
 from ._weight_norm import convert_weight_norm_names, find_weight_norms, fold_weight_norm, unfold_weight_norm
@@ -84,7 +86,8 @@ __all__ = [
     "restore", "RestoreReport", "field", "KEEP", "TensorSpec", "detect",
     "Manager", "CheckpointEntry", "RunListing", "list_run_directory", "ls", "prune", "average",
     "KeepLast", "KeepBest", "KeepEverySteps", "KeepEverySeconds", "KeepSteps", "ReturnnPolicy", "CustomPolicy",
-    "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError",
+    "CheckpointError", "CorruptCheckpointError", "UnsupportedError", "MismatchError", "RemoteError",
+    "fetch", "is_url", "cache_dir", "cache_list", "cache_remove", "cache_clear",
     "fold_weight_norm", "unfold_weight_norm", "convert_weight_norm_names", "find_weight_norms",
     "split_by_module", "merge_module_files", "module_file_of", "ModuleFilesReport",
     "Preload", "PreloadResult", "PreloadReport", "apply_preloads",
@@ -93,7 +96,7 @@ __all__ = [
 ]
 __version__ = _ckpt.__version__
 
-_ckpt.register_errors(CorruptCheckpointError, UnsupportedError, MismatchError)
+_ckpt.register_errors(CorruptCheckpointError, UnsupportedError, MismatchError, RemoteError)
 
 PathLike = Union[str, "os.PathLike[str]"]
 Framework = str  # "numpy" (or "np") / "torch" (or "pt")
@@ -147,7 +150,8 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
 
 
 def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,
-         threads: int = 0, rename: Any = None, device: Any = None) -> Any:
+         threads: int = 0, rename: Any = None, device: Any = None, sha256: Optional[str] = None,
+         offline: Optional[bool] = None, check_hash: bool = False) -> Any:
     """Read the whole state of ``path`` (any format ckpt reads, detected by content).
 
     Tensors come back as numpy arrays (``framework="numpy"``; bfloat16 and
@@ -174,11 +178,16 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     docs/gpu.md). Other torch devices go through the same ring with plain
     buffers and synchronous copies.
 
-    Raises FileNotFoundError, CorruptCheckpointError, UnsupportedError;
-    ValueError for a device string torch does not know or a device with
+    ``path`` may be an http(s) URL: it is fetched into the local cache first
+    (``ckpt.fetch``, which ``sha256``, ``offline`` and ``check_hash`` go to)
+    and loaded from there.
+
+    Raises FileNotFoundError, CorruptCheckpointError, UnsupportedError,
+    RemoteError (a URL that cannot be fetched); ValueError for a device string torch does not know or a device with
     ``framework="numpy"``; RuntimeError naming the device when it is a CUDA
     device that is not available.
     """
+    path = _local_path(_path(path), sha256, offline, check_hash)
     if device is not None:
         from . import _device
         if framework not in ("torch", "pt"):
@@ -201,9 +210,15 @@ class Checkpoint:
     tree are read, tensor data only when asked for. Use as a context manager
     or call ``close()``; arrays already handed out stay valid after closing."""
 
-    def __init__(self, path: PathLike, framework: Framework = "numpy", verify: bool = False):
+    def __init__(self, path: PathLike, framework: Framework = "numpy", verify: bool = False, *, lazy: bool = False,
+                 sha256: Optional[str] = None, offline: Optional[bool] = None, check_hash: bool = False):
         self.path = _path(path)
-        self._handle = _ckpt.open(self.path, framework=framework, verify=verify)
+        if is_url(self.path) and lazy:
+            self._handle = _ckpt.open(self.path, framework=framework, verify=verify, remote_lazy=True,
+                                      sha256=sha256 or "", offline=offline, check_hash=check_hash)
+        else:
+            self._handle = _ckpt.open(_local_path(self.path, sha256, offline, check_hash), framework=framework,
+                                      verify=verify)
 
     def keys(self) -> List[str]:
         """Tensor names, in file order; then the names of tied tensors stored
@@ -271,9 +286,21 @@ class Checkpoint:
         return f"<ckpt.Checkpoint {self.path!r} ({state})>"
 
 
-def open(path: PathLike, *, framework: Framework = "numpy", verify: bool = False) -> Checkpoint:  # noqa: A001
-    """Open ``path`` lazily; see Checkpoint."""
-    return Checkpoint(path, framework, verify)
+def open(path: PathLike, *, framework: Framework = "numpy", verify: bool = False, lazy: bool = False,  # noqa: A001
+         sha256: Optional[str] = None, offline: Optional[bool] = None, check_hash: bool = False) -> Checkpoint:
+    """Open ``path`` lazily; see Checkpoint.
+
+    ``path`` may be an http(s) URL. By default it is fetched whole into the
+    cache first (``ckpt.fetch``: ``sha256``, ``offline``, ``check_hash``).
+    With ``lazy=True`` nothing more than the header is downloaded at first:
+    a safetensors file's header with one range request, then each tensor's
+    bytes when it is first asked for (``get``; ``tree()`` fetches all that
+    is missing with neighbouring ranges coalesced), each checked against
+    ckpt's stored checksum where the file has one (CorruptCheckpointError
+    naming the tensor). The pieces go to the cache as a sparse file, so a
+    later ``ckpt.load(url)`` downloads only what is still missing. Files of
+    other formats are downloaded whole."""
+    return Checkpoint(path, framework, verify, lazy=lazy, sha256=sha256, offline=offline, check_hash=check_hash)
 
 
 def convert(src: PathLike, dst: PathLike, to: Optional[str] = None, *, extras: bool = True,

@@ -24,3 +24,10 @@ class UnsupportedError(CheckpointError, ValueError):
 
 class MismatchError(CheckpointError, ValueError):
     """Two things that must agree do not (names, dtypes, shapes)."""
+
+
+class RemoteError(CheckpointError, OSError):
+    """A checkpoint named by URL could not be fetched: an HTTP error status, a
+    host that does not resolve, a refused connection, a TLS failure, a
+    timeout, or offline mode without a cached copy. The message names the
+    URL (also in ``path``)."""

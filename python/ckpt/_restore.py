@@ -396,9 +396,9 @@ def _has_torch_leaf(nest: Any) -> bool:
 def restore(target: Any, source: Any, *, strict: bool = True, defaults: Any = None,
             cast: Union[bool, Mapping[Any, Any], Iterable[Tuple[Any, Any]], None] = False,
             prefix: Optional[str] = None, only: Union[str, Sequence[str], None] = None, rename: Any = None,
-            framework: str = "numpy") -> RestoreReport:
-    """Fills ``target`` from ``source`` (a path, an open checkpoint or a
-    loaded nest) and returns a :class:`RestoreReport`.
+            framework: str = "numpy", sha256: Optional[str] = None, offline: Optional[bool] = None) -> RestoreReport:
+    """Fills ``target`` from ``source`` (a path, an http(s) URL, an open
+    checkpoint or a loaded nest) and returns a :class:`RestoreReport`.
 
     ``target`` is a torch ``nn.Module`` (filled in place, like
     ``load_state_dict``), or a nest of dicts, lists, tuples, NamedTuples,
@@ -425,12 +425,18 @@ def restore(target: Any, source: Any, *, strict: bool = True, defaults: Any = No
     A module whose tensors are on a GPU is compared by shape and dtype (its
     tensors are not copied to the host) and filled through the ring of
     pinned host buffers of docs/gpu.md, straight from the mapped file when
-    ``source`` is a path."""
+    ``source`` is a path.
+
+    A URL is fetched into the cache first (``ckpt.fetch``: verified by
+    ``sha256`` or the server's hash; ``offline`` uses only the cache)."""
     cast_any, casts = _cast_options(cast)
     only_list = [only] if isinstance(only, str) else list(only or ())
     common = dict(strict=strict, cast=cast_any, casts=casts, prefix=prefix or "", only=only_list,
                   rename=rename_steps(rename))
     src = _source(source)
+    if isinstance(src, str):
+        from ._url import local_path
+        src = local_path(src, sha256, offline)
     if target is None:
         result = _ckpt.restore(None, src, defaults=[], framework=framework, **common)
         return RestoreReport(result, result["tree"])

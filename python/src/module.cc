@@ -31,6 +31,7 @@
 #include "modules_bindings.h"
 #include "restore_bindings.h"
 #include "safetensors_bindings.h"
+#include "url_bindings.h"
 #include "values.h"
 #include "weight_norm_bindings.h"
 
@@ -47,6 +48,7 @@ struct ErrorClasses {
   py::object corrupt;
   py::object unsupported;
   py::object mismatch;
+  py::object remote;
 };
 ErrorClasses& error_classes() {
   static ErrorClasses* classes = new ErrorClasses();  // never destroyed: outlives the interpreter safely
@@ -79,6 +81,7 @@ void raise_python(const Error& error) {
     case ErrorCode::kMismatch: type = classes.mismatch.ptr(); break;
     case ErrorCode::kInvalidArgument: type = PyExc_ValueError; break;
     case ErrorCode::kIo: type = PyExc_OSError; break;
+    case ErrorCode::kRemote: type = classes.remote ? classes.remote.ptr() : PyExc_OSError; break;
   }
   if (type == nullptr) type = PyExc_RuntimeError;  // before register_errors
   py::object instance = py::reinterpret_steal<py::object>(PyObject_CallFunctionObjArgs(type, what.ptr(), nullptr));
@@ -141,6 +144,10 @@ class Handle {
   py::object get(const std::string& name, bool writable, bool copy) const {
     entry(name);
     const Tensor& tensor = contents_.tree.at(name).tensor();
+    if (tensor.buffer().deferred()) {  // fetched or gathered on first use (a lazy remote open: the network)
+      py::gil_scoped_release unlocked;
+      naming_file(path_, [&] { tensor.buffer().data(); });
+    }
     if (!copy) return tensor_out(tensor, framework_, writable);
     Tensor fresh;
     {
@@ -157,6 +164,10 @@ class Handle {
   }
   py::object tree() const {
     check_open();
+    {
+      py::gil_scoped_release unlocked;
+      naming_file(path_, [&] { prefetch(contents_.tree); });  // a lazy remote open's tensors, coalesced
+    }
     return naming_file(path_, [&] { return value_out(contents_.tree, framework_); });
   }
   py::dict metadata() const {
@@ -258,8 +269,8 @@ PYBIND11_MODULE(_ckpt, m) {
     }
   });
 
-  m.def("register_errors", [](py::object corrupt, py::object unsupported, py::object mismatch) {
-    error_classes() = {std::move(corrupt), std::move(unsupported), std::move(mismatch)};
+  m.def("register_errors", [](py::object corrupt, py::object unsupported, py::object mismatch, py::object remote) {
+    error_classes() = {std::move(corrupt), std::move(unsupported), std::move(mismatch), std::move(remote)};
   });
 
   // Keyword arguments after the state, as ckpt.save takes them (SaveOptions).
@@ -313,12 +324,18 @@ PYBIND11_MODULE(_ckpt, m) {
 
   m.def(
       "open",
-      [](const std::string& path, const std::string& framework, bool verify, bool lazy) {
+      [](const std::string& path, const std::string& framework, bool verify, bool lazy, bool remote_lazy,
+         const std::string& sha256, py::object offline, bool check_hash, py::object progress) {
         const Framework fw = framework_from(framework);
-        return Handle(open_contents(path, {.verify = verify, .lazy = lazy}), fw, path);
+        return Handle(open_contents(path, {.verify = verify,
+                                           .lazy = lazy,
+                                           .fetch = fetch_options(sha256, offline, check_hash, progress),
+                                           .remote_lazy = remote_lazy}),
+                      fw, path);
       },
       py::arg("path"), py::kw_only(), py::arg("framework") = "numpy", py::arg("verify") = false,
-      py::arg("lazy") = true);
+      py::arg("lazy") = true, py::arg("remote_lazy") = false, py::arg("sha256") = "",
+      py::arg("offline") = py::none(), py::arg("check_hash") = false, py::arg("progress") = py::none());
 
   // A safetensors file held in memory (bytes, bytearray, mmap: anything with
   // the buffer protocol) as a handle whose tensors view that memory, which
@@ -399,6 +416,7 @@ PYBIND11_MODULE(_ckpt, m) {
   bind_restore(m);
   bind_safetensors(m);
   bind_manager(m);
+  bind_url(m);
   bind_weight_norm(m);
   bind_modules(m);
 

@@ -8,6 +8,7 @@
 
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
+#include "checkpoint/remote_open.h"
 #include "core/parallel.h"
 #include "io/mapped_file.h"
 
@@ -43,9 +44,16 @@ constexpr size_t kReadChunk = size_t{8} << 20;
 
 }  // namespace
 
+void prefetch(const Tree& tree) {
+  std::vector<const Tensor*> tensors;
+  for (const Tree::Leaf& leaf : tree.tensor_leaves()) tensors.push_back(&leaf.value->tensor());
+  detail::prefetch_remote(tensors);
+}
+
 void materialize(Tree& tree, unsigned threads) {
   std::vector<Tensor*> tensors;
   tree.for_each_tensor([&](Tensor& tensor) { tensors.push_back(&tensor); });
+  detail::prefetch_remote({tensors.begin(), tensors.end()});  // a lazy remote open's tensors: one pass
   // The span of each mapped storage that its tensors cover.
   struct Block {
     std::shared_ptr<const Storage> storage;
@@ -104,6 +112,7 @@ const Format& save_format(const std::filesystem::path& path, const SaveOptions& 
 }
 
 const Format& detect(const std::filesystem::path& path) {
+  if (is_url(path.native())) return detect(fetch(path.native()));
   return naming_file(path, [&]() -> const Format& {
     // Checkpoints that are a prefix or a directory rather than one file.
     for (const Format* format : formats()) {
@@ -127,6 +136,10 @@ const Format& detect(const std::filesystem::path& path) {
 }
 
 Contents open(const std::filesystem::path& path, const LoadOptions& options) {
+  if (is_url(path.native())) {
+    if (options.remote_lazy && options.lazy) return detail::open_remote(path.native(), options);
+    return open(fetch(path.native(), options.fetch), options);
+  }
   return naming_file(path, [&] {
     const Format& format = options.format.empty() ? detect(path) : format_by_id(options.format);
     Contents contents = format.read(path, options);

@@ -227,4 +227,27 @@ std::string to_json(const Tree& document) {
   return json.take();
 }
 
+Tree cache_document(const std::filesystem::path& cache_dir, const std::vector<CacheEntry>& entries) {
+  const auto text_or_null = [](const std::string& text) { return text.empty() ? Tree() : Tree(text); };
+  Tree items = Tree::list();
+  items.reserve(entries.size());
+  for (const CacheEntry& entry : entries) {
+    Tree item = Tree::map();
+    item.set(std::string("url"), Tree(entry.url));
+    item.set(std::string("path"), Tree(entry.path.string()));
+    item.set(std::string("size"), Tree(static_cast<int64_t>(entry.size)));
+    item.set(std::string("sha256"), text_or_null(entry.sha256));
+    item.set(std::string("etag"), text_or_null(entry.etag));
+    item.set(std::string("last_modified"), text_or_null(entry.last_modified));
+    item.set(std::string("time"), Tree(entry.time));
+    item.set(std::string("complete"), Tree(entry.complete));
+    item.set(std::string("present"), Tree(static_cast<int64_t>(entry.present)));
+    items.push_back(std::move(item));
+  }
+  Tree document = Tree::map();
+  document.set(std::string("cache_dir"), Tree(cache_dir.string()));
+  document.set(std::string("entries"), std::move(items));
+  return document;
+}
+
 }  // namespace ckpt

@@ -12,6 +12,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kMismatch: return "mismatch";
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kIo: return "I/O error";
+    case ErrorCode::kRemote: return "remote error";
   }
   return "unknown";
 }

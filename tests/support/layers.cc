@@ -42,7 +42,7 @@ const std::map<std::string, Layer>& public_headers() {
   static const std::map<std::string, Layer> headers = {
       {"buffer.h", kCore},          {"cast.h", kCore},         {"checksum.h", kCore},
       {"dtype.h", kCore},           {"error.h", kCore},        {"tensor.h", kCore},
-      {"tree.h", kCore},            {"format.h", kFormats},    {"registry.h", kFormats},
+      {"tree.h", kCore},            {"url.h", kIo},            {"format.h", kFormats},    {"registry.h", kFormats},
       {"checkpoint.h", kCheckpoint}, {"convert.h", kCheckpoint}, {"diff.h", kCheckpoint},
       {"document.h", kCheckpoint},  {"memory.h", kCheckpoint}, {"transform.h", kCheckpoint},
       {"restore.h", kUpper},        {"ckpt.h", kUpper},        {"cli.h", kPublicTop},

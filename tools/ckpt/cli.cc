@@ -9,6 +9,7 @@
 // by a signal of its own making.
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -31,7 +32,7 @@ constexpr const char* kVersion = "0.1.0";
 #endif
 
 constexpr const char* kUsage =
-    "usage: ckpt [--help] [--version] <inspect|convert|verify|diff|formats|example|ls|prune|average> ...";
+    "usage: ckpt [--help] [--version] <inspect|convert|verify|diff|formats|example|ls|prune|average|fetch|cache> ...";
 
 int exit_code(ErrorCode code) {
   switch (code) {
@@ -40,7 +41,8 @@ int exit_code(ErrorCode code) {
     case ErrorCode::kNotFound:
     case ErrorCode::kInvalidArgument:
     case ErrorCode::kUnsupported:
-    case ErrorCode::kIo: return kExitUsage;
+    case ErrorCode::kIo:
+    case ErrorCode::kRemote: return kExitUsage;
   }
   return kExitUsage;
 }
@@ -70,11 +72,19 @@ int run(int argc, char** argv) {
       "Exit codes: 0 ok (diff: identical), 1 corrupt checkpoint (diff: they differ), "
       "2 usage error, missing file or unsupported format.");
 
+  // Downloads of URLs draw a progress bar on stderr when it is a terminal
+  // (ckpt/url.h); these force it off or on, for every command.
+  bool quiet = false;
+  bool progress = false;
+  app.add_flag("-q,--quiet", quiet, "No progress bar on stderr for downloads");
+  app.add_flag("--progress", progress, "A progress bar on stderr for downloads even when it is not a terminal");
+  app.fallthrough();  // (subcommands made after this inherit it: the flags may follow the command)
+
   std::vector<Command> commands = {
       add_inspect_command(app), add_convert_command(app), add_verify_command(app),
       add_diff_command(app),    add_formats_command(app), add_example_command(app),
       add_ls_command(app),      add_average_command(app),
-      add_prune_command(app),
+      add_prune_command(app),   add_fetch_command(app),   add_cache_command(app),
   };
 
   // CLI11 reports an unknown first word as "a subcommand is required"; say
@@ -98,6 +108,7 @@ int run(int argc, char** argv) {
     return usage_error(error, commands, app);
   }
 
+  if (quiet || progress) ::setenv("CKPT_PROGRESS", quiet ? "0" : "1", 1);
   for (const Command& command : commands) {
     if (command.app->parsed()) return command.run();
   }

@@ -44,5 +44,7 @@ Command add_example_command(CLI::App& app);
 Command add_ls_command(CLI::App& app);
 Command add_average_command(CLI::App& app);
 Command add_prune_command(CLI::App& app);
+Command add_fetch_command(CLI::App& app);
+Command add_cache_command(CLI::App& app);
 
 }  // namespace ckpt::tool
