@@ -478,6 +478,18 @@ def test_5xx_retries_are_bounded(ckpt, fault_server, monkeypatch):
     assert [r.status for r in fault_server.requests(url)] == [500, 500, 500]  # the first try and 2 retries
 
 
+def test_cuts_are_retried_a_bounded_number_of_times(ckpt, fault_server, monkeypatch, url_env):
+    monkeypatch.setenv("CKPT_FETCH_RETRIES", "2")
+    data = os.urandom(200 * KIB)
+    # every answer restarts the file and is cut after 1000 bytes (20 times: a loop that does not count ends)
+    url = fault_server.add("model.safetensors", data, mode="no_ranges", cut_at=1000, cuts=20)
+    with pytest.raises(ckpt.RemoteError) as error:
+        ckpt.fetch(url)
+    assert_one_line_naming(error.value, url)
+    assert [(r.status, r.bytes) for r in gets(fault_server.requests(url))] == [(200, 1000)] * 3
+    assert_not_cached(ckpt, url, url_env, data)
+
+
 @pytest.mark.parametrize("status", [404, 403])
 def test_4xx_is_one_request_and_a_remote_error(ckpt, fault_server, status):
     url = fault_server.add("model.safetensors", b"x" * 1000, mode="status", status=status)
@@ -870,10 +882,23 @@ def test_progress_bar_settings(ckpt, fault_server, tmp_path, run, monkeypatch, c
     assert pathlib.Path(result.stdout.strip()).read_bytes() == data
     monkeypatch.delenv("CKPT_PROGRESS")
 
-    # stderr a terminal: the bar by default, stdout still just the path
+    # stderr a terminal: the bar by default (CKPT_PROGRESS=0 turns it off), stdout still just the path
+    code, out, shown = _fetch_on_a_terminal(ckpt_tool, urls[4])
+    assert code == 0
+    assert pathlib.Path(out.strip()).read_bytes() == data
+    assert _progress_shown(shown), shown
+    run("cache", "clear")
+    monkeypatch.setenv("CKPT_PROGRESS", "0")
+    code, out, shown = _fetch_on_a_terminal(ckpt_tool, urls[4])
+    assert code == 0 and pathlib.Path(out.strip()).read_bytes() == data
+    assert shown.strip() == "", shown
+
+
+def _fetch_on_a_terminal(ckpt_tool, url):
+    """`ckpt fetch url` with stderr a pseudo-terminal: (exit code, stdout, what the terminal showed)."""
     master, slave = pty.openpty()
     try:
-        child = subprocess.Popen([ckpt_tool, "fetch", urls[4]], stdout=subprocess.PIPE, stderr=slave, text=True)
+        child = subprocess.Popen([ckpt_tool, "fetch", url], stdout=subprocess.PIPE, stderr=slave, text=True)
         os.close(slave)
         slave = None
         shown = b""
@@ -895,6 +920,13 @@ def test_progress_bar_settings(ckpt, fault_server, tmp_path, run, monkeypatch, c
         os.close(master)
         if slave is not None:
             os.close(slave)
-    assert child.returncode == 0
-    assert pathlib.Path(out.strip()).read_bytes() == data
-    assert _progress_shown(shown.decode(errors="replace")), shown
+    return child.returncode, out, shown.decode(errors="replace")
+
+
+def test_python_fetch_progress(ckpt, fault_server, capfd):
+    data = os.urandom(MIB)
+    quiet, loud = (fault_server.add(f"{name}.bin", data, rate=4 * MIB) for name in ("quiet", "loud"))
+    assert pathlib.Path(ckpt.fetch(quiet)).read_bytes() == data
+    assert capfd.readouterr().err == ""  # stderr is no terminal here
+    assert pathlib.Path(ckpt.fetch(loud, progress=True)).read_bytes() == data
+    assert _progress_shown(capfd.readouterr().err)
