@@ -420,7 +420,8 @@ def test_resume_across_processes(ckpt, fault_server, tmp_path, url_env):
     assert 0 < sent < len(data), f"the child was not killed mid-download ({sent} bytes sent)"
     head = data[:100 * KIB]  # a partial file: plain or sparse, under whatever name
     partial = [p for p in url_env.rglob("*") if p.is_file() and p.open("rb").read(len(head)) == head]
-    assert partial, f"the killed download left nothing in the cache: {list(url_env.rglob('*'))}"
+    after_kill = sorted(str(p.relative_to(url_env)) for p in url_env.rglob("*"))
+    assert partial, f"the killed download left nothing in the cache: {after_kill}"
 
     fault_server.set("model.safetensors", rate=None)
     code, out, err = finish(child_fetch(url))
@@ -430,7 +431,7 @@ def test_resume_across_processes(ckpt, fault_server, tmp_path, url_env):
     assert len(rows) == 2, rows
     assert rows[1].range is not None, (
         f"the second process downloaded from byte 0 instead of resuming the killed one's {rows[0].bytes} bytes "
-        f"(cache: {sorted(str(p.relative_to(url_env)) for p in url_env.rglob('*'))})")
+        f"(the cache after the kill: {after_kill})")
     start = range_start(rows[1].range)
     assert 0 < start <= rows[0].bytes
     assert rows[1].if_range == fault_server.etag("model.safetensors")
