@@ -49,11 +49,13 @@ struct FetchOptions {
 // the entry); a second waits and then finds it cached. An interrupted
 // download (a cut connection, a killed process) resumes with a range
 // request where the server allows it and the file has not changed (its
-// ETag or Last-Modified, sent as If-Range), else starts again. 5xx answers,
-// cut or reset connections and stalls are retried with backoff
-// (CKPT_FETCH_RETRIES, default 4; first delay CKPT_FETCH_BACKOFF seconds,
-// default 0.25, doubling); a transfer that moves no byte for
-// CKPT_FETCH_TIMEOUT seconds (default 30) is a stall.
+// ETag or Last-Modified, sent as If-Range), else starts again. 5xx, 408 and
+// 429 answers and cut or reset connections are retried with backoff
+// (CKPT_FETCH_RETRIES, default 4, counted again whenever more of the file
+// has arrived than ever before; first delay CKPT_FETCH_BACKOFF seconds,
+// default 0.25, doubling). A transfer that moves no byte for
+// CKPT_FETCH_TIMEOUT seconds (default 30) is a timeout: not retried (what
+// arrived is kept; the next call resumes from there).
 // Throws Error{kCorrupt} naming the URL, the expected and the actual hash for
 // a wrong hash; Error{kRemote} naming the URL for everything the transfer
 // can meet (an HTTP 4xx or, after the retries, 5xx status; a host that does

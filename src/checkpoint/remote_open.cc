@@ -8,6 +8,7 @@
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
 #include "core/checksum.h"
+#include "formats/zip/reader.h"
 #include "io/mapped_file.h"
 #include "io/url_cache.h"
 
@@ -75,46 +76,92 @@ uint64_t read_le64(const std::byte* bytes) {
 
 }  // namespace
 
-Contents open_remote(const std::string& url, const LoadOptions& options) {
-  LoadOptions local = options;
-  local.remote_lazy = false;
-  const std::shared_ptr<RemoteFile> file = RemoteFile::open(url, options.fetch, kRemoteHead);
-  const Format& safetensors = format_by_id("safetensors");
-  bool lazy_format = false;
-  if (!file->complete() && (options.format.empty() || options.format == "safetensors")) {
-    const FileHead head = read_head(file->path(), 16);
-    lazy_format = !file->complete() && head.head.size() >= 8;
-    if (lazy_format) {
-      const uint64_t header = read_le64(head.head.data());
-      // An absurd length is the reader's to name; fetch what exists of it.
-      file->ensure({{0, 8 + std::min(header, file->size())}});
-      const FileHead start = read_head(file->path(), 4096);
-      lazy_format = safetensors.detect(start.head, start.size);
+namespace {
+
+// The format of a file of which only the head is held: by content, the
+// name's extension breaking ties (as detect() does).
+const Format* detect_head(const std::filesystem::path& path, const FileHead& head) {
+  const Format* hinted = format_for_extension(path);
+  if (hinted && hinted->capabilities().read && hinted->detect(head.head, head.size)) return hinted;
+  for (const Format* format : formats()) {
+    if (format->capabilities().read && format->detect(head.head, head.size)) return format;
+  }
+  return nullptr;
+}
+
+// A safetensors file: the 8-byte length and the header are all its reader
+// reads before the tensors.
+Contents read_safetensors_head(RemoteFile& file, const LoadOptions& options, const FileHead& head) {
+  const uint64_t header = read_le64(head.head.data());
+  // An absurd length is the reader's to name; fetch what exists of it.
+  file.ensure({{0, 8 + std::min(header, file.size())}});
+  return format_by_id("safetensors").read(file.path(), options);
+}
+
+// Whether a torch zip member holds a storage (".../data/<key>"): its bytes
+// are fetched when a tensor is used; every other member (data.pkl, version,
+// byteorder) is read with the archive.
+bool is_storage_member(std::string_view name) {
+  const size_t slash = name.find('/');
+  return slash != std::string_view::npos && name.substr(slash + 1).rfind("data/", 0) == 0 &&
+         !name.ends_with(".pkl");
+}
+
+// A torch zip: the end records and the central directory (the file's tail,
+// fetched in growing pieces until the directory parses), each member's local
+// header, and the members other than storages, whole. Throws Error{kCorrupt}
+// when the archive's structure does not parse from what was fetched (the
+// caller then downloads the file whole and reads it as open() does).
+Contents read_torch_zip_head(RemoteFile& file, const LoadOptions& options) {
+  const uint64_t size = file.size();
+  std::vector<zip_detail::ZipEntry> entries;
+  uint64_t directory_offset = 0;
+  for (uint64_t tail = kRemoteHead;; tail *= 4) {
+    tail = std::min(tail, size);
+    file.ensure({{size - tail, size}});
+    try {
+      const zip_detail::ZipReader zip(MappedFile::open(file.path()), {.local_headers = false});
+      entries = zip.entries();
+      directory_offset = zip.directory_offset();
+      break;
+    } catch (const Error& error) {
+      if (error.code() != ErrorCode::kCorrupt || tail == size) throw;
     }
   }
-  if (!lazy_format) {
-    // Another format (or the whole file is here already): as without remote_lazy.
-    if (!file->complete()) file->ensure({{0, file->size()}});
-    return open(file->path(), local);
+  // A local header is 30 bytes, the name, and an extra field the central
+  // directory does not tell (torch pads data to 64 bytes with it).
+  constexpr uint64_t kLocalHeaderRoom = 30 + 1024;
+  std::vector<ByteRange> wanted;
+  for (const zip_detail::ZipEntry& entry : entries) {
+    uint64_t end = entry.local_header_offset + kLocalHeaderRoom + entry.name.size();
+    if (!is_storage_member(entry.name)) end += entry.compressed_size;
+    wanted.push_back({entry.local_header_offset, std::min(end, directory_offset)});
   }
-  Contents contents = naming_file(url, [&] {
-    local.verify = false;
-    local.lazy = true;
-    local.format = "safetensors";
-    return safetensors.read(file->path(), local);
+  file.ensure(std::move(wanted));
+  return format_by_id("torch").read(file.path(), options);
+}
+
+// Every tensor of `contents` that views the sparse file becomes a deferred
+// buffer that fetches (and checks) its bytes on first use. Returns false
+// when some tensor was already made from the file's bytes another way (a
+// deferred gather, a decoded copy): those cannot wait for the network.
+bool defer_tensors(Contents& contents, const std::shared_ptr<RemoteFile>& file) {
+  bool all_views = true;
+  contents.tree.for_each_tensor([&](Tensor& tensor) {
+    const StorageKind kind = tensor.buffer().kind();
+    if (kind == StorageKind::kDeferred || (kind == StorageKind::kHeap && !tensor.buffer().empty())) all_views = false;
   });
+  if (!all_views) return false;
   // Stored tensors by their place in the file, for their checksums.
   std::map<std::pair<uint64_t, uint64_t>, const EntryInfo*> stored;
   for (const EntryInfo& entry : contents.entries) stored.emplace(std::make_pair(entry.offset, entry.nbytes), &entry);
   std::map<std::pair<const std::byte*, size_t>, std::shared_ptr<const RemoteRange>> made;  // ties share one
-  const std::byte* base = nullptr;
   contents.tree.for_each_tensor([&](Tensor& tensor) {
     const Buffer& buffer = tensor.buffer();
     if (buffer.kind() != StorageKind::kMapped || buffer.empty()) return;
     const auto* mapped = dynamic_cast<const MappedFile*>(buffer.storage().get());
     if (mapped == nullptr) return;
-    base = mapped->bytes().data();
-    const uint64_t offset = static_cast<uint64_t>(buffer.address() - base);
+    const uint64_t offset = static_cast<uint64_t>(buffer.address() - mapped->bytes().data());
     std::shared_ptr<const RemoteRange>& storage = made[{buffer.address(), buffer.size()}];
     if (storage == nullptr) {
       const auto found = stored.find({offset, buffer.size()});
@@ -125,6 +172,41 @@ Contents open_remote(const std::string& url, const LoadOptions& options) {
     }
     tensor = Tensor(tensor.dtype(), tensor.shape(), Buffer::deferred(storage, buffer.size()));
   });
+  return true;
+}
+
+}  // namespace
+
+Contents open_remote(const std::string& url, const LoadOptions& options) {
+  LoadOptions local = options;
+  local.remote_lazy = false;
+  const std::shared_ptr<RemoteFile> file = RemoteFile::open(url, options.fetch, kRemoteHead);
+  const auto whole = [&] {
+    // Another format, or one whose structure could not be read piecewise: as without remote_lazy.
+    file->ensure({{0, file->size()}});
+    return open(file->path(), local);
+  };
+  if (file->complete()) return open(file->path(), local);
+  const FileHead head = read_head(file->path(), 4096);
+  const Format* format = options.format.empty() ? detect_head(file->path(), head) : &format_by_id(options.format);
+  if (format == nullptr || (format->id() != "safetensors" && format->id() != "torch") || head.head.size() < 8) {
+    return whole();
+  }
+  LoadOptions piecewise = local;
+  piecewise.verify = false;
+  piecewise.lazy = true;
+  piecewise.format = std::string(format->id());
+  Contents contents;
+  try {
+    contents = naming_file(url, [&] {
+      return format->id() == "torch" ? read_torch_zip_head(*file, piecewise)
+                                     : read_safetensors_head(*file, piecewise, head);
+    });
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::kCorrupt) throw;
+    return whole();  // the reader of the whole file names the defect, if there is one
+  }
+  if (!defer_tensors(contents, file)) return whole();
   if (options.verify || !options.lazy) {
     std::vector<const Tensor*> tensors;
     contents.tree.for_each_tensor([&](Tensor& tensor) { tensors.push_back(&tensor); });

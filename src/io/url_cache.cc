@@ -29,12 +29,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kCacheRecordName = "entry.json";
+constexpr const char* kRecordName = "entry.json";
 constexpr const char* kLockName = ".lock";
 constexpr const char* kPartFolder = "part";
-// A download in progress records what it holds every this many bytes (after
-// syncing them), so that a killed process's successor resumes near where it stopped.
-constexpr uint64_t kCacheRecordEvery = uint64_t{64} << 20;
+// A download in progress records what it holds (after syncing it) every this
+// many bytes or this often, whichever comes first, so that a killed
+// process's successor resumes near where it stopped.
+constexpr uint64_t kRecordEvery = uint64_t{64} << 20;
+constexpr std::chrono::milliseconds kRecordInterval{500};
 // Neighbouring ranges of one ensure() closer than this become one request.
 constexpr uint64_t kCoalesceGap = uint64_t{64} << 10;
 // A sibling ".sha256" larger than this is not a hash file.
@@ -137,7 +139,7 @@ std::string record_json(const CacheRecord& record) {
 // damaged (an entry without a readable record holds nothing usable).
 std::optional<CacheRecord> read_record(const fs::path& dir) {
   std::error_code error;
-  const fs::path path = dir / kCacheRecordName;
+  const fs::path path = dir / kRecordName;
   const auto size = fs::file_size(path, error);
   if (error || size > (uint64_t{16} << 20)) return std::nullopt;
   simdjson::dom::parser parser;
@@ -180,7 +182,7 @@ std::optional<CacheRecord> read_record(const fs::path& dir) {
 
 void write_record(const fs::path& dir, const CacheRecord& record) {
   const std::string text = record_json(record);
-  AtomicFile file(dir / kCacheRecordName, {.fsync = true});
+  AtomicFile file(dir / kRecordName, {.fsync = true});
   file.write_at(std::as_bytes(std::span(text.data(), text.size())), 0);
   file.commit();
 }
@@ -238,7 +240,7 @@ class EntryLock {
   void remove_entry() noexcept {
     std::error_code error;
     fs::remove_all(dir_ / kPartFolder, error);
-    fs::remove(dir_ / kCacheRecordName, error);
+    fs::remove(dir_ / kRecordName, error);
     for (const auto& child : fs::directory_iterator(dir_, error)) {
       if (child.path().filename() != kLockName) fs::remove_all(child.path(), error);
     }
@@ -383,6 +385,7 @@ class Filler {
   void fill(std::optional<std::vector<ByteRange>> wanted) {
     int failures = 0;
     int restarts = 0;
+    most_held_ = record_.ranges.covered();
     for (;;) {
       std::optional<ByteRange> next;
       bool plain = false;  // a GET without Range
@@ -407,9 +410,14 @@ class Filler {
         next = missing.front();
         plain = !wanted && record_.ranges.ranges().empty() && next->begin == 0;
       }
-      const uint64_t before = transferred_;
       const Outcome outcome = request(plain ? std::nullopt : next);
-      if (transferred_ > before) failures = 0;  // progress: the retries count again from here
+      // Progress (more of the file held than ever before: not a server that
+      // cuts every answer of a file it sends from the start each time): the
+      // retries count again from here.
+      if (record_.ranges.covered() > most_held_) {
+        most_held_ = record_.ranges.covered();
+        failures = 0;
+      }
       if (outcome == Outcome::kDone) continue;
       if (outcome == Outcome::kRestart) {
         if (refuse_changes_) {
@@ -429,13 +437,14 @@ class Filler {
     }
   }
 
-  // CacheRecords what is held (after syncing it), for a successor.
+  // Records what is held (after syncing it), for a successor.
   void persist() {
     if (record_.complete) return;
     ::fdatasync(fd_);
     record_.time = wall_seconds();
     write_record(dir_, record_);
     since_persist_ = 0;
+    persisted_at_ = std::chrono::steady_clock::now();
   }
 
   // The whole file is held: hash it, check the hash (the caller's, else the
@@ -565,7 +574,9 @@ class Filler {
       transferred_ += bytes.size();
       since_persist_ += bytes.size();
       if (progress_) progress_->update(record_.ranges.covered(), record_.size.value_or(0));
-      if (since_persist_ >= kCacheRecordEvery) persist();
+      if (since_persist_ >= kRecordEvery || std::chrono::steady_clock::now() - persisted_at_ >= kRecordInterval) {
+        persist();
+      }
       return true;
     };
     const HttpResponse response = client_.get(request);
@@ -641,6 +652,8 @@ class Filler {
   uint64_t hashed_ = 0;
   uint64_t transferred_ = 0;
   uint64_t since_persist_ = 0;
+  uint64_t most_held_ = 0;  // the most bytes held after any request of fill()
+  std::chrono::steady_clock::time_point persisted_at_ = std::chrono::steady_clock::now();
   ProgressBar* progress_ = nullptr;
   bool refuse_changes_ = false;
   std::string reason_;
@@ -779,7 +792,11 @@ struct RemoteFile::State {
 RemoteFile::RemoteFile(std::unique_ptr<State> state) : state_(std::move(state)) {
   url_ = state_->parsed.url;
   size_ = state_->record.size.value_or(0);
-  path_ = state_->record.complete ? final_path(state_->dir, state_->record) : part_path(state_->dir, state_->record);
+}
+
+std::filesystem::path RemoteFile::path() const {
+  std::lock_guard guard(state_->mutex);
+  return state_->record.complete ? final_path(state_->dir, state_->record) : part_path(state_->dir, state_->record);
 }
 
 RemoteFile::~RemoteFile() = default;
@@ -1033,7 +1050,7 @@ size_t remove_entries(Pick&& pick) {
 }  // namespace
 
 size_t cache_remove(std::string_view url) {
-  const std::string bare = detail::parse_url(url).url;
+  const std::string bare(url.substr(0, url.find('#')));  // any fragment, valid or not
   return remove_entries([&](const std::optional<detail::CacheRecord>& record) { return record && record->url == bare; });
 }
 

@@ -72,8 +72,9 @@ class RemoteFile {
   ~RemoteFile();
 
   const std::string& url() const { return url_; }
-  // The file to map (full size; bytes not yet held read as zeros).
-  const std::filesystem::path& path() const { return path_; }
+  // The file to map (full size; bytes not yet held read as zeros): the
+  // entry's sparse file, or its final file once complete (the same inode).
+  std::filesystem::path path() const;
   uint64_t size() const { return size_; }
   bool complete() const;
   // Makes the bytes of every range held, fetching what is missing with range
@@ -93,7 +94,6 @@ class RemoteFile {
   explicit RemoteFile(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
   std::string url_;
-  std::filesystem::path path_;
   uint64_t size_ = 0;
 };
 

@@ -80,9 +80,11 @@ bool fits(uint64_t a, uint64_t b, uint64_t limit) { return a <= limit && b <= li
 
 }  // namespace
 
-ZipReader::ZipReader(std::shared_ptr<const detail::MappedFile> file) : file_(std::move(file)) {
+ZipReader::ZipReader(std::shared_ptr<const detail::MappedFile> file, const ZipOpenOptions& options)
+    : file_(std::move(file)) {
   const Directory directory = read_end_records();
   read_central_directory(directory);
+  if (!options.local_headers) return;
   read_local_headers();
   check_no_overlap();
 }

@@ -42,6 +42,13 @@ struct ZipReadOptions {
   bool verify_crc = false;
 };
 
+struct ZipOpenOptions {
+  // Off: only the end records and the central directory are read (entries'
+  // data_offset stays 0, read() may not be called): what a reader of a file
+  // that has not arrived whole needs to know where the local headers are.
+  bool local_headers = true;
+};
+
 class ZipReader {
  public:
   // Parses the end of central directory record (and the zip64 locator and
@@ -52,7 +59,7 @@ class ZipReader {
   // Throws Error{kCorrupt} naming the file, the entry and the byte offset of
   // the first defect; {kUnsupported} for split (multi-disk) archives and
   // encrypted entries.
-  explicit ZipReader(std::shared_ptr<const detail::MappedFile> file);
+  explicit ZipReader(std::shared_ptr<const detail::MappedFile> file, const ZipOpenOptions& options = {});
 
   // Entries in central directory order.
   const std::vector<ZipEntry>& entries() const noexcept { return entries_; }
