@@ -16,7 +16,7 @@ JOBS       ?= $(shell nproc)
 export CC  ?= cc
 export CXX ?= g++
 
-.PHONY: all deps build build-tool asan tsan fuzz fuzz-smoke test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats bench-gpu bench-speed python clean
+.PHONY: all deps build build-tool asan tsan fuzz fuzz-smoke test test-cpp test-asan test-tsan test-python demo bench bench-torch bench-python bench-restore bench-formats bench-gpu bench-speed bench-url python clean
 
 all: build
 
@@ -99,6 +99,11 @@ bench-torch: build
 
 bench-speed: build
 	$(PYTHON) bench/bench_speed.py --bench $(BUILD)/ckpt_bench
+
+# Issue 19's figures: downloads against curl -o, cached loads, lazy remote
+# opens, over Debian's nginx on 127.0.0.1 (bench/bench_url.py).
+bench-url: build python
+	$(PYTHON) bench/bench_url.py
 
 bench-python: build python
 	$(PYTHON) bench/bench_python.py --bench $(BUILD)/ckpt_bench
