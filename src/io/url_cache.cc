@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <fstream>
 #include <cstdlib>
 #include <optional>
 #include <system_error>
@@ -37,6 +39,8 @@ constexpr const char* kPartFolder = "part";
 // process's successor resumes near where it stopped.
 constexpr uint64_t kRecordEvery = uint64_t{64} << 20;
 constexpr std::chrono::milliseconds kRecordInterval{500};
+// Writeback of a download is started every this many bytes.
+constexpr uint64_t kFlushEvery = uint64_t{8} << 20;
 // Neighbouring ranges of one ensure() closer than this become one request.
 constexpr uint64_t kCoalesceGap = uint64_t{64} << 10;
 // A sibling ".sha256" larger than this is not a hash file.
@@ -80,6 +84,19 @@ double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// This boot of the machine (the kernel's random boot_id): a record written in
+// another boot may claim bytes that never reached the disk (the download's
+// data is synced only when it completes).
+const std::string& boot_id() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string text;
+    std::getline(in, text);
+    return text;
+  }();
+  return id;
+}
+
 [[noreturn]] void remote_error(const std::string& url, const std::string& message) {
   throw Error(ErrorCode::kRemote, message, {.path = url});
 }
@@ -96,7 +113,8 @@ struct CacheRecord {
   std::string last_modified;
   double time = 0;
   bool complete = false;
-  RangeSet ranges;  // while incomplete
+  RangeSet ranges;   // while incomplete
+  std::string boot;  // boot_id() of the writer of an incomplete record
 };
 
 std::string record_json(const CacheRecord& record) {
@@ -122,6 +140,8 @@ std::string record_json(const CacheRecord& record) {
   out.real(record.time);
   out.key("complete");
   out.boolean(record.complete);
+  out.key("boot");
+  out.string(record.boot);
   out.key("ranges");
   out.begin_array();
   for (const ByteRange& range : record.ranges.ranges()) {
@@ -163,6 +183,7 @@ std::optional<CacheRecord> read_record(const fs::path& dir) {
   if (root["time"].get(time) == simdjson::SUCCESS) record.time = time;
   bool complete = false;
   if (root["complete"].get(complete) == simdjson::SUCCESS) record.complete = complete;
+  if (root["boot"].get(text) == simdjson::SUCCESS) record.boot = std::string(text);
   simdjson::dom::array ranges;
   if (root["ranges"].get(ranges) == simdjson::SUCCESS) {
     for (simdjson::dom::element pair : ranges) {
@@ -180,9 +201,11 @@ std::optional<CacheRecord> read_record(const fs::path& dir) {
   return record;
 }
 
-void write_record(const fs::path& dir, const CacheRecord& record) {
+// `durable`: synced (a complete entry's record); else only renamed into place
+// (an incomplete one's, which only this boot trusts: boot_id()).
+void write_record(const fs::path& dir, const CacheRecord& record, bool durable = true) {
   const std::string text = record_json(record);
-  AtomicFile file(dir / kRecordName, {.fsync = true});
+  AtomicFile file(dir / kRecordName, {.fsync = durable});
   file.write_at(std::as_bytes(std::span(text.data(), text.size())), 0);
   file.commit();
 }
@@ -337,6 +360,87 @@ void write_download(int fd, std::span<const std::byte> bytes, uint64_t offset, c
 
 // ---------------------------------------------------------------- transfers
 
+// The SHA-256 of a file's first bytes, computed on a thread of its own that
+// reads back (from the page cache) what the download has written, so that
+// hashing overlaps the transfer instead of following it.
+class PrefixHasher {
+ public:
+  explicit PrefixHasher(int fd) : fd_(fd), thread_([this] { run(); }) {}
+  ~PrefixHasher() {
+    {
+      std::lock_guard guard(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  PrefixHasher(const PrefixHasher&) = delete;
+  PrefixHasher& operator=(const PrefixHasher&) = delete;
+
+  // Bytes [0, end) are in the file.
+  void written(uint64_t end) {
+    {
+      std::lock_guard guard(mutex_);
+      if (end <= available_) return;
+      available_ = end;
+    }
+    wake_.notify_all();
+  }
+  // The file was emptied: start again from its first byte.
+  void reset() {
+    std::lock_guard guard(mutex_);
+    ++generation_;
+    hash_ = std::make_unique<Sha256>();
+    hashed_ = available_ = 0;
+    failed_ = false;
+  }
+  // The hash of [0, size) once hashed (nullopt if a read failed).
+  std::optional<std::string> finish(uint64_t size) {
+    written(size);
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return hashed_ >= size || failed_; });
+    if (failed_ || hashed_ != size) return std::nullopt;
+    return hash_->hex();
+  }
+
+ private:
+  void run() {
+    std::vector<std::byte> buffer(size_t{4} << 20);
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || (hashed_ < available_ && !failed_); });
+      if (stop_) return;
+      const uint64_t generation = generation_;
+      const uint64_t at = hashed_;
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), available_ - at));
+      lock.unlock();
+      ssize_t got = ::pread(fd_, buffer.data(), want, static_cast<off_t>(at));
+      while (got < 0 && errno == EINTR) got = ::pread(fd_, buffer.data(), want, static_cast<off_t>(at));
+      lock.lock();
+      if (generation != generation_) continue;
+      if (got <= 0) {
+        failed_ = true;
+      } else {
+        hash_->update(std::span(buffer.data(), static_cast<size_t>(got)));
+        hashed_ += static_cast<uint64_t>(got);
+      }
+      done_.notify_all();
+    }
+  }
+
+  int fd_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  std::unique_ptr<Sha256> hash_ = std::make_unique<Sha256>();
+  uint64_t hashed_ = 0;
+  uint64_t available_ = 0;
+  uint64_t generation_ = 0;
+  bool failed_ = false;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the rest is ready
+};
+
 // One entry being filled, under its lock: the part file, what it holds, the
 // requests that fill it. fetch() fills all of it; a RemoteFile the ranges asked for.
 class Filler {
@@ -360,14 +464,19 @@ class Filler {
     if (fd_ < 0) throw_io(part, "cannot create the download", errno);
     // What the record says is held must be in the file (a record that
     // outlived its file, a shorter file): else start over.
+    // So must a record of another boot (its bytes may not have reached the disk).
+    hasher_ = std::make_unique<PrefixHasher>(fd_);
     struct stat status {};
     if (::fstat(fd_, &status) != 0 || (record_.size && static_cast<uint64_t>(status.st_size) != *record_.size) ||
         (!record_.ranges.ranges().empty() &&
-         static_cast<uint64_t>(status.st_size) < record_.ranges.ranges().back().end)) {
+         (static_cast<uint64_t>(status.st_size) < record_.ranges.ranges().back().end || record_.boot != boot_id()))) {
       reset();
     }
+    record_.boot = boot_id();
+    note_prefix();
   }
   ~Filler() {
+    hasher_.reset();  // its thread reads fd_
     if (fd_ >= 0) ::close(fd_);
   }
   Filler(const Filler&) = delete;
@@ -437,12 +546,12 @@ class Filler {
     }
   }
 
-  // Records what is held (after syncing it), for a successor.
+  // Records what is held, for a successor in this boot (the data is synced
+  // when the file completes; a record of another boot is not trusted).
   void persist() {
     if (record_.complete) return;
-    ::fdatasync(fd_);
     record_.time = wall_seconds();
-    write_record(dir_, record_);
+    write_record(dir_, record_, /*durable=*/false);
     since_persist_ = 0;
     persisted_at_ = std::chrono::steady_clock::now();
   }
@@ -457,7 +566,8 @@ class Filler {
     if (::ftruncate(fd_, static_cast<off_t>(*record_.size)) != 0) {
       throw_io(part_path(dir_, record_), "cannot size the download", errno);
     }
-    const std::string actual = hashed_ == *record_.size ? hash_->hex() : hash_file();
+    const std::optional<std::string> streamed = hasher_->finish(*record_.size);
+    const std::string actual = streamed ? *streamed : hash_file();
     std::string expected = expected_;
     if (expected.empty() && !is_offline(options_)) expected = sibling_hash(client_, parsed_.url, stall_);
     if ((!expected.empty() && actual != expected)) {
@@ -479,6 +589,7 @@ class Filler {
     record_.complete = true;
     record_.sha256 = actual;
     record_.ranges.clear();
+    record_.boot.clear();
     record_.time = wall_seconds();
     write_record(dir_, record_);
     std::error_code error;
@@ -494,9 +605,15 @@ class Filler {
     record_.size.reset();
     record_.etag.clear();
     record_.last_modified.clear();
-    hash_ = std::make_unique<Sha256>();
-    hashed_ = 0;
+    hasher_->reset();
+    flushed_ = 0;
     if (::ftruncate(fd_, 0) != 0) throw_io(part_path(dir_, record_), "cannot empty the download", errno);
+  }
+
+  // Hands the held prefix [0, n) to the hasher.
+  void note_prefix() {
+    const auto& held = record_.ranges.ranges();
+    if (!held.empty() && held.front().begin == 0) hasher_->written(held.front().end);
   }
 
   std::string validator() const { return !record_.etag.empty() ? record_.etag : record_.last_modified; }
@@ -545,8 +662,8 @@ class Filler {
         }
         whole = true;
         record_.ranges.clear();
-        hash_ = std::make_unique<Sha256>();
-        hashed_ = 0;
+        hasher_->reset();
+        flushed_ = 0;
         record_.size = response.content_length;
         if (::ftruncate(fd_, static_cast<off_t>(record_.size.value_or(0))) != 0) {
           throw_io(part_path(dir_, record_), "cannot size the download", errno);
@@ -565,12 +682,16 @@ class Filler {
         return false;
       }
       write_download(fd_, bytes, position, part_path(dir_, record_));
-      if (position == hashed_) {
-        hash_->update(bytes);
-        hashed_ += bytes.size();
-      }
       record_.ranges.add({position, position + bytes.size()});
       position += bytes.size();
+      note_prefix();
+      // Start the writeback of what is written, so that the final sync
+      // waits only for the tail.
+      if (position >= flushed_ + kFlushEvery) {
+        ::sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(position - flushed_),
+                          SYNC_FILE_RANGE_WRITE);
+        flushed_ = position;
+      }
       transferred_ += bytes.size();
       since_persist_ += bytes.size();
       if (progress_) progress_->update(record_.ranges.covered(), record_.size.value_or(0));
@@ -647,9 +768,9 @@ class Filler {
   double backoff_;
   long stall_;
   int fd_ = -1;
-  // The hash of the file's first hashed_ bytes, fed as they arrive in order.
-  std::unique_ptr<Sha256> hash_ = std::make_unique<Sha256>();
-  uint64_t hashed_ = 0;
+  // Hashes the held prefix [0, n) as it grows (declared after fd_, stopped before it closes).
+  std::unique_ptr<PrefixHasher> hasher_;
+  uint64_t flushed_ = 0;  // writeback started up to here
   uint64_t transferred_ = 0;
   uint64_t since_persist_ = 0;
   uint64_t most_held_ = 0;  // the most bytes held after any request of fill()

@@ -7,17 +7,13 @@ and by the real peers (safetensors.numpy.save_file, torch.save).
 Every test points CKPT_CACHE at its own temporary directory and removes the
 proxy variables (libcurl and urllib honour them), so nothing leaves loopback.
 """
-
 import json
 import os
 import pathlib
-import pty
 import re
-import select
 import socket
 import struct
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,184 +21,26 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import random_array
 from url_servers import closed_port, fault_server, nginx_server, sha256_hex  # noqa: F401 - fixtures
-
-try:
-    import ckpt as _ckpt_module
-    _IMPORT_ERROR = None
-except ImportError as error:  # reported by the `ckpt` fixture, so the server self-checks still run
-    _ckpt_module, _IMPORT_ERROR = None, error
-
-PYTHON = sys.executable
-KIB, MIB = 1024, 1024 * 1024
-HEADER_PROBE = 64 * KIB  # a lazy open's first range request: the first 64 KiB
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "ftp_proxy", "HTTP_PROXY", "HTTPS_PROXY",
-                   "ALL_PROXY", "FTP_PROXY")
-CACHE_ENTRY_KEYS = {"url", "path", "size", "sha256", "etag", "last_modified", "time", "complete"}
-
-
-@pytest.fixture(autouse=True)
-def url_env(monkeypatch, tmp_path):
-    """A private cache, no proxies, fast retries, no progress or offline
-    settings inherited from the caller's shell. Returns the cache directory."""
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("CKPT_CACHE", str(cache))
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    for name in ("CKPT_OFFLINE", "CKPT_PROGRESS", "CKPT_FETCH_TIMEOUT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CKPT_FETCH_RETRIES", "3")
-    monkeypatch.setenv("CKPT_FETCH_BACKOFF", "0.01")
-    return cache
-
-
-@pytest.fixture
-def ckpt():
-    """The ckpt package, failing the test clearly while its URL API is missing."""
-    if _ckpt_module is None:
-        pytest.fail(f"cannot import ckpt ({_IMPORT_ERROR}); run `make python`")
-    missing = [name for name in ("fetch", "cache_dir", "cache_list", "cache_remove", "cache_clear", "RemoteError")
-               if not hasattr(_ckpt_module, name)]
-    if missing:
-        pytest.fail(f"ckpt lacks the URL API: {', '.join(missing)}")
-    return _ckpt_module
-
-
-# ---------------------------------------------------------------------------
-# Files written by ckpt and by the real peers
-
-def sample_state(seed, scale=1):
-    """About 1.3 MiB × scale of tensors of several dtypes, every bit pattern."""
-    return {
-        "encoder.embedding": random_array("float32", (256 * scale, 512), seed),
-        "encoder.layer0.weight": random_array("float16", (256 * scale, 512), seed + 1),
-        "encoder.layer0.bias": random_array("float32", (512,), seed + 2),
-        "decoder.weight": random_array("float64", (64 * scale, 512), seed + 3),
-        "decoder.steps": random_array("int64", (1000,), seed + 4),
-        "decoder.mask": random_array("bool", (3000,), seed + 5),
-        "decoder.bytes": random_array("uint8", (70000,), seed + 6),
-    }
-
-
-def write_peer(writer, directory, state, stem="model"):
-    """Writes `state` with `writer` ("ckpt", "safetensors" or "torch");
-    returns the file."""
-    directory = pathlib.Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    if writer == "ckpt":
-        import ckpt
-        path = directory / f"{stem}.safetensors"
-        ckpt.save(path, state)
-    elif writer == "safetensors":
-        from safetensors.numpy import save_file
-        path = directory / f"{stem}.safetensors"
-        save_file(state, str(path))
-    elif writer == "torch":
-        import torch
-        path = directory / f"{stem}.pt"
-        torch.save({name: torch.from_numpy(np.array(value)) for name, value in state.items()}, path)
-    else:
-        raise ValueError(writer)
-    return path
-
-
-def ckpt_bytes(tmp_path, seed=1, scale=1):
-    return write_peer("ckpt", tmp_path / f"src-{seed}-{scale}", sample_state(seed, scale)).read_bytes()
-
-
-def assert_bit_exact(loaded, expected):
-    assert sorted(loaded) == sorted(expected)
-    for name, want in expected.items():
-        got = np.asarray(loaded[name])
-        assert got.dtype == want.dtype, name
-        assert got.shape == want.shape, name
-        assert got.tobytes() == want.tobytes(), name
-
-
-def gets(requests):
-    return [r for r in requests if r.method == "GET"]
-
-
-def range_start(header):
-    match = re.fullmatch(r"bytes=(\d+)-(\d*)", header or "")
-    assert match, f"not a range request from an offset: {header!r}"
-    return int(match.group(1))
-
-
-def entry_of(ckpt, url):
-    entries = [e for e in ckpt.cache_list() if e["url"] == url]
-    assert len(entries) <= 1, entries
-    return entries[0] if entries else None
-
-
-def assert_not_cached(ckpt, url, cache, data):
-    entry = entry_of(ckpt, url)
-    assert entry is None or not entry["complete"], entry
-    if cache.exists():
-        for path in cache.rglob("*"):
-            if path.is_file() and path.stat().st_size == len(data):
-                assert path.read_bytes() != data, f"the rejected bytes are in the cache as {path}"
-
-
-def assert_one_line_naming(error, url, *needles):
-    message = str(error)
-    assert "\n" not in message.strip(), message
-    assert url.split("#", 1)[0] in message, message
-    for needle in needles:
-        assert needle.lower() in message.lower(), message
-
-
-CHILD_FETCH = """\
-import sys, ckpt
-try:
-    print(ckpt.fetch(sys.argv[1]))
-except Exception as error:
-    print(f"{type(error).__name__}: {error}", file=sys.stderr)
-    sys.exit(3)
-"""
-
-
-def child_fetch(url, **popen):
-    """A separate Python process running ckpt.fetch(url) (os.environ as it is now)."""
-    return subprocess.Popen([PYTHON, "-c", CHILD_FETCH, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **popen)
-
-
-def finish(process, timeout=60):
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-        pytest.fail(f"the child did not finish within {timeout} s\nstdout: {out}\nstderr: {err}")
-    return process.returncode, out, err
-
+from url_support import *  # noqa: F401,F403 - the autouse url_env fixture, `ckpt`, the helpers
+from url_support import url_env  # noqa: F401 - pytest finds the autouse fixture through the module
 
 # ---------------------------------------------------------------------------
 # The servers themselves (urllib; no ckpt): what the other tests rely on
 
-def _urlopen(url, headers=None):
-    request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return response.status, dict(response.headers), response.read()
-
-
 def test_nginx_server_serves_ranges_and_logs_them(nginx_server):
     data = os.urandom(300 * KIB)
     url = nginx_server.write("dir/a.bin", data)
-    status, headers, body = _urlopen(url)
+    status, headers, body = urlopen_raw(url)
     assert (status, body) == (200, data)
     etag = headers["ETag"]
     assert headers.get("Accept-Ranges") == "bytes"
-    status, headers, body = _urlopen(url, {"Range": "bytes=1000-", "If-Range": etag})
+    status, headers, body = urlopen_raw(url, {"Range": "bytes=1000-", "If-Range": etag})
     assert (status, body, headers["Content-Range"]) == (206, data[1000:], f"bytes 1000-{len(data) - 1}/{len(data)}")
-    status, _, body = _urlopen(url, {"Range": "bytes=5-", "If-Range": '"other"'})
+    status, _, body = urlopen_raw(url, {"Range": "bytes=5-", "If-Range": '"other"'})
     assert (status, body) == (200, data)
     with pytest.raises(urllib.error.HTTPError) as missing:
-        _urlopen(nginx_server.url("absent"))
+        urlopen_raw(nginx_server.url("absent"))
     assert missing.value.code == 404
     rows = nginx_server.requests(min_count=4)
     assert [(r.path, r.status, r.range, r.if_range) for r in rows] == [
@@ -216,30 +54,30 @@ def test_fault_server_modes(fault_server):
     data = os.urandom(200 * KIB)
     url = fault_server.add("n", data)
     etag = fault_server.etag("n")
-    assert _urlopen(url, {"Range": "bytes=-100"})[2] == data[-100:]
-    assert _urlopen(url, {"Range": "bytes=10-19"})[2] == data[10:20]
-    assert _urlopen(url, {"Range": "bytes=10-", "If-Range": etag})[0] == 206
-    assert _urlopen(url, {"Range": "bytes=10-", "If-Range": '"x"'})[:3:2] == (200, data)
+    assert urlopen_raw(url, {"Range": "bytes=-100"})[2] == data[-100:]
+    assert urlopen_raw(url, {"Range": "bytes=10-19"})[2] == data[10:20]
+    assert urlopen_raw(url, {"Range": "bytes=10-", "If-Range": etag})[0] == 206
+    assert urlopen_raw(url, {"Range": "bytes=10-", "If-Range": '"x"'})[:3:2] == (200, data)
 
     cut = fault_server.add("cut", data, mode="cut", cut_at=50000)
     with pytest.raises(Exception):  # http.client.IncompleteRead
-        _urlopen(cut)
-    assert _urlopen(cut, {"Range": "bytes=50000-", "If-Range": etag})[2] == data[50000:]
+        urlopen_raw(cut)
+    assert urlopen_raw(cut, {"Range": "bytes=50000-", "If-Range": etag})[2] == data[50000:]
     assert [(r.status, r.bytes) for r in fault_server.requests("cut")] == [(200, 50000), (206, len(data) - 50000)]
 
-    status, headers, body = _urlopen(fault_server.add("nr", data, mode="no_ranges"), {"Range": "bytes=0-9"})
+    status, headers, body = urlopen_raw(fault_server.add("nr", data, mode="no_ranges"), {"Range": "bytes=0-9"})
     assert (status, body, "Accept-Ranges" in headers) == (200, data, False)
 
     flaky = fault_server.add("flaky", data, mode="fail_then_ok", failures=2)
     for _ in range(2):
         with pytest.raises(urllib.error.HTTPError) as failed:
-            _urlopen(flaky)
+            urlopen_raw(flaky)
         assert failed.value.code == 503
-    assert _urlopen(flaky)[2] == data
+    assert urlopen_raw(flaky)[2] == data
 
     changing = fault_server.add("e", data, mode="etag_changes")
-    first = _urlopen(changing)
-    second = _urlopen(changing, {"Range": "bytes=10-", "If-Range": first[1]["ETag"]})
+    first = urlopen_raw(changing)
+    second = urlopen_raw(changing, {"Range": "bytes=10-", "If-Range": first[1]["ETag"]})
     assert second[0] == 200 and second[2] == data[::-1] and second[1]["ETag"] != first[1]["ETag"]
 
     stall = fault_server.add("stall", data, mode="stall", stall_after=1000)
@@ -624,318 +462,3 @@ def test_two_processes_download_once(ckpt, fault_server, tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# Lazy remote opens
-
-def safetensors_layout(path):
-    """(header length, {name: (begin, end)}) of a safetensors file, absolute
-    byte offsets, read with json + struct (no ckpt code)."""
-    data = pathlib.Path(path).read_bytes()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__", None)
-    base = 8 + n
-    return base, {name: (base + info["data_offsets"][0], base + info["data_offsets"][1])
-                  for name, info in header.items()}
-
-
-def _middle_tensor(path):
-    """A tensor over 64 KiB whose bytes lie past the first 64 KiB (none of
-    them in the header probe), the one starting nearest the file's middle;
-    and the header's length."""
-    header, spans = safetensors_layout(path)
-    size = pathlib.Path(path).stat().st_size
-    big = [n for n, (begin, end) in spans.items() if end - begin > HEADER_PROBE and begin >= HEADER_PROBE]
-    name = min(big or spans, key=lambda n: abs(spans[n][0] - size // 2))
-    return name, header
-
-
-def flip_one_byte(path, name):
-    """The file's bytes with one bit flipped in the middle of tensor `name`."""
-    _, spans = safetensors_layout(path)
-    data = bytearray(pathlib.Path(path).read_bytes())
-    begin, end = spans[name]
-    data[(begin + end) // 2] ^= 0x10
-    return bytes(data)
-
-
-@pytest.mark.parametrize("then", ["load", "fetch"])
-@pytest.mark.parametrize("writer", ["ckpt", "safetensors"])
-def test_lazy_open_fetches_the_header_and_one_tensor(ckpt, nginx_server, tmp_path, writer, then):
-    state = sample_state(15, scale=2)
-    local = write_peer(writer, tmp_path / "src", state)
-    data = local.read_bytes()
-    url = nginx_server.write("model.safetensors", data)
-    name, header = _middle_tensor(local)
-    tensor_bytes = state[name].nbytes
-    assert tensor_bytes > HEADER_PROBE
-
-    with ckpt.open(url, lazy=True) as f:
-        opened = nginx_server.requests(url, min_count=1)
-        assert len(opened) == 1, opened
-        assert range_start(opened[0].range) == 0 and opened[0].status == 206
-        assert opened[0].bytes <= HEADER_PROBE
-        assert sorted(f.keys()) == sorted(state)
-        got = f.get(name)
-        assert got.dtype == state[name].dtype and got.tobytes() == state[name].tobytes()
-    rows = nginx_server.requests(url, min_count=2)
-    assert len(rows) == 2, rows
-    assert rows[1].status == 206 and range_start(rows[1].range) >= header
-    assert sum(r.bytes for r in rows) <= header + tensor_bytes + HEADER_PROBE
-    entry = entry_of(ckpt, url)
-    assert entry is not None and entry["complete"] is False
-
-    if then == "load":  # either fetches only the missing ranges
-        assert_bit_exact(ckpt.load(url), state)
-    else:
-        assert pathlib.Path(ckpt.fetch(url)).read_bytes() == data
-    rows = nginx_server.requests(url, min_count=3)
-    total = sum(r.bytes for r in rows)
-    assert len(data) <= total <= len(data) + HEADER_PROBE, (total, len(data), rows)
-    assert entry_of(ckpt, url)["complete"] is True
-    count = len(rows)
-    assert pathlib.Path(ckpt.fetch(url)).read_bytes() == data
-    assert len(nginx_server.requests(url)) == count
-
-
-def test_lazy_open_of_a_torch_zip_file(ckpt, nginx_server, tmp_path):
-    """Issue 19 names torch zip files too (their records are stored, not
-    compressed): one tensor of eight costs well under the whole file."""
-    import torch
-    state = {f"layer{i}.weight": torch.from_numpy(random_array("float32", (256, 256), 40 + i)) for i in range(8)}
-    local = tmp_path / "model.pt"
-    torch.save(state, local)
-    size = local.stat().st_size
-    url = nginx_server.write("model.pt", local.read_bytes())
-    with ckpt.open(url, lazy=True) as f:
-        assert sorted(f.keys()) == sorted(state)
-        got = f.get("layer5.weight")
-        assert got.tobytes() == state["layer5.weight"].numpy().tobytes()
-    rows = nginx_server.requests(url, min_count=2)
-    assert all(r.status == 206 for r in rows), rows
-    assert sum(r.bytes for r in rows) <= state["layer5.weight"].nbytes + 3 * HEADER_PROBE, (size, rows)
-
-
-def test_lazy_open_reads_a_long_header_with_a_second_request(ckpt, nginx_server, tmp_path):
-    state = {f"model.layers.{i:05d}.attention.query_key_value.weight": np.full((2,), i, np.float32)
-             for i in range(2500)}
-    local = write_peer("safetensors", tmp_path / "src", state)
-    _, header = _middle_tensor(local)
-    assert header > HEADER_PROBE
-    url = nginx_server.write("long.safetensors", local.read_bytes())
-    with ckpt.open(url, lazy=True) as f:
-        assert len(f.keys()) == len(state)
-        rows = nginx_server.requests(url, min_count=2)
-        assert len(rows) == 2, rows
-        assert range_start(rows[0].range) == 0
-        assert sum(r.bytes for r in rows) <= header + HEADER_PROBE
-        assert f.get("model.layers.01234.attention.query_key_value.weight").tolist() == [1234.0, 1234.0]
-
-
-def test_lazy_tree_coalesces_neighbouring_tensors(ckpt, nginx_server, tmp_path):
-    state = sample_state(16)
-    local = write_peer("ckpt", tmp_path / "src", state)
-    data = local.read_bytes()
-    url = nginx_server.write("model.safetensors", data)
-    with ckpt.open(url, lazy=True) as f:
-        assert_bit_exact(f.tree(), state)
-    rows = nginx_server.requests(url, min_count=2)
-    assert 2 <= len(rows) <= 3, rows  # the header, then the tensors in one or two ranges, not one each
-    assert sum(r.bytes for r in rows) <= len(data) + HEADER_PROBE
-
-
-def test_lazy_open_detects_a_corrupted_tensor(ckpt, nginx_server, tmp_path):
-    state = sample_state(17)
-    local = write_peer("ckpt", tmp_path / "src", state)
-    victim = "encoder.layer0.weight"
-    url = nginx_server.write("damaged.safetensors", flip_one_byte(local, victim))
-    with ckpt.open(url, lazy=True) as f:
-        assert f.get("decoder.weight").tobytes() == state["decoder.weight"].tobytes()
-        with pytest.raises(ckpt.CorruptCheckpointError) as error:
-            f.get(victim)
-        assert victim in str(error.value) or error.value.entry == victim, str(error.value)
-        assert f.get("encoder.embedding").tobytes() == state["encoder.embedding"].tobytes()
-
-    # A file without ckpt's checksums has nothing to check a tensor against.
-    plain = write_peer("safetensors", tmp_path / "plain", state)
-    url = nginx_server.write("plain-damaged.safetensors", flip_one_byte(plain, victim))
-    with ckpt.open(url, lazy=True) as f:
-        got = f.get(victim)
-        assert got.tobytes() != state[victim].tobytes()
-        assert np.count_nonzero(got.view(np.uint8) != state[victim].view(np.uint8)) == 1
-
-
-# ---------------------------------------------------------------------------
-# The cache's own API and the CLI
-
-def test_cache_dir_follows_the_environment(ckpt, monkeypatch, tmp_path, url_env):
-    assert pathlib.Path(ckpt.cache_dir()) == url_env
-    monkeypatch.delenv("CKPT_CACHE")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert pathlib.Path(ckpt.cache_dir()) == tmp_path / "xdg" / "ckpt"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert pathlib.Path(ckpt.cache_dir()) == tmp_path / "home" / ".cache" / "ckpt"
-
-
-def test_cache_list_remove_clear(ckpt, nginx_server, tmp_path):
-    a = ckpt_bytes(tmp_path, seed=1)
-    b = write_peer("torch", tmp_path / "srcb", sample_state(2)).read_bytes()
-    url_a = nginx_server.write("a.safetensors", a)
-    url_b = nginx_server.write("sub/b.pt", b)
-    started = time.time()
-    path_a, path_b = ckpt.fetch(url_a), ckpt.fetch(url_b)
-    served = {url: _urlopen(url)[1] for url in (url_a, url_b)}  # nginx's own ETag and Last-Modified
-
-    entries = {e["url"]: e for e in ckpt.cache_list()}
-    assert set(entries) == {url_a, url_b}
-    for url, path, data in ((url_a, path_a, a), (url_b, path_b, b)):
-        entry = entries[url]
-        assert CACHE_ENTRY_KEYS <= set(entry), entry
-        assert entry["path"] == path and pathlib.Path(path).read_bytes() == data
-        assert pathlib.Path(path).resolve().is_relative_to(pathlib.Path(ckpt.cache_dir()).resolve())
-        assert entry["size"] == len(data) and entry["sha256"] == sha256_hex(data)
-        assert entry["etag"] == served[url]["ETag"] and entry["last_modified"] == served[url]["Last-Modified"]
-        assert entry["complete"] is True and entry["time"]
-        if isinstance(entry["time"], (int, float)):
-            assert started - 5 <= entry["time"] <= time.time() + 5
-
-    assert ckpt.cache_remove(url_a) == 1
-    assert not pathlib.Path(path_a).exists()
-    assert [e["url"] for e in ckpt.cache_list()] == [url_b]
-    assert ckpt.cache_remove(url_a) == 0
-    ckpt.fetch(url_a)
-    assert len(gets(nginx_server.requests(url_a, min_count=3))) == 3  # 2 fetches + the ETag probe above
-    assert ckpt.cache_clear() == 2
-    assert ckpt.cache_list() == []
-    assert not pathlib.Path(path_b).exists()
-
-
-def test_cli_fetch_and_cache_commands(ckpt, nginx_server, tmp_path, run, url_env):
-    a = ckpt_bytes(tmp_path, seed=1)
-    b = ckpt_bytes(tmp_path, seed=2)
-    url_a = nginx_server.write("a.safetensors", a)
-    url_b = nginx_server.write("b.safetensors", b)
-    path_a = run("fetch", url_a).stdout.strip()
-    assert pathlib.Path(path_a).read_bytes() == a
-    assert run("fetch", url_b, "--sha256", sha256_hex(b)).stdout.strip() == ckpt.fetch(url_b)
-
-    listing = json.loads(run("cache", "ls", "--json").stdout)
-    assert pathlib.Path(listing["cache_dir"]) == url_env
-    entries = {e["url"]: e for e in listing["entries"]}
-    assert set(entries) == {url_a, url_b}
-    assert CACHE_ENTRY_KEYS <= set(entries[url_a])
-    assert entries[url_a]["path"] == path_a and entries[url_a]["size"] == len(a)
-    assert entries[url_a]["sha256"] == sha256_hex(a) and entries[url_a]["complete"] is True
-    assert url_a in run("cache", "ls").stdout
-
-    run("cache", "rm", url_a)
-    assert not pathlib.Path(path_a).exists()
-    assert [e["url"] for e in json.loads(run("cache", "ls", "--json").stdout)["entries"]] == [url_b]
-    run("fetch", url_a)
-    run("cache", "clear")
-    assert json.loads(run("cache", "ls", "--json").stdout)["entries"] == []
-    assert ckpt.cache_list() == []
-
-
-def test_cli_errors_are_one_line(ckpt, nginx_server, tmp_path, run, closed_port):
-    data = ckpt_bytes(tmp_path)
-    url = nginx_server.write("model.safetensors", data)
-    wrong = sha256_hex(b"other")
-    cases = [
-        (("fetch", url, "--sha256", wrong), url, ["expected", wrong, sha256_hex(data)]),
-        (("fetch", nginx_server.url("absent.safetensors")), nginx_server.url("absent.safetensors"), ["HTTP 404"]),
-        (("inspect", nginx_server.url("absent.safetensors"), "--json"), nginx_server.url("absent.safetensors"),
-         ["HTTP 404"]),
-        (("fetch", f"http://127.0.0.1:{closed_port}/x"), f"http://127.0.0.1:{closed_port}/x", ["cannot connect"]),
-    ]
-    for args, named, needles in cases:
-        result = run(*args, expect=None)
-        assert result.returncode in (1, 2), (args, result)
-        assert result.stdout == "", (args, result.stdout)
-        assert_one_line_naming(result.stderr.strip(), named, *needles)
-    assert ckpt.cache_list() == []
-
-
-def test_cli_inspect_verify_convert_a_url(ckpt, nginx_server, tmp_path, run, inspect_json):
-    state = sample_state(18)
-    for writer in ("ckpt", "torch"):
-        local = write_peer(writer, tmp_path / writer, state)
-        url = nginx_server.write(local.name, local.read_bytes())
-        remote, here = inspect_json(url), inspect_json(local)
-        assert remote["format"] == here["format"]
-        assert remote["tensors"] == here["tensors"]
-        run("verify", url)
-        out = tmp_path / f"{writer}.npz"
-        run("convert", url, out)
-        with np.load(out) as npz:
-            assert_bit_exact({name: npz[name] for name in npz.files}, state)
-
-
-# ---------------------------------------------------------------------------
-# The progress bar
-
-def _progress_shown(stderr):
-    return bool(stderr.strip()) and re.search(r"\d", stderr) is not None
-
-
-def test_progress_bar_settings(ckpt, fault_server, tmp_path, run, monkeypatch, ckpt_tool):
-    data = os.urandom(MIB)
-    urls = [fault_server.add(f"p{i}.bin", data, rate=4 * MIB) for i in range(5)]
-
-    assert run("fetch", urls[0]).stderr == ""  # no tty: no bar
-    assert _progress_shown(run("--progress", "fetch", urls[1]).stderr)
-    assert run("--quiet", "fetch", urls[2]).stderr == ""
-    monkeypatch.setenv("CKPT_PROGRESS", "1")
-    result = run("fetch", urls[3])
-    assert _progress_shown(result.stderr), result.stderr
-    assert pathlib.Path(result.stdout.strip()).read_bytes() == data
-    monkeypatch.delenv("CKPT_PROGRESS")
-
-    # stderr a terminal: the bar by default (CKPT_PROGRESS=0 turns it off), stdout still just the path
-    code, out, shown = _fetch_on_a_terminal(ckpt_tool, urls[4])
-    assert code == 0
-    assert pathlib.Path(out.strip()).read_bytes() == data
-    assert _progress_shown(shown), shown
-    run("cache", "clear")
-    monkeypatch.setenv("CKPT_PROGRESS", "0")
-    code, out, shown = _fetch_on_a_terminal(ckpt_tool, urls[4])
-    assert code == 0 and pathlib.Path(out.strip()).read_bytes() == data
-    assert shown.strip() == "", shown
-
-
-def _fetch_on_a_terminal(ckpt_tool, url):
-    """`ckpt fetch url` with stderr a pseudo-terminal: (exit code, stdout, what the terminal showed)."""
-    master, slave = pty.openpty()
-    try:
-        child = subprocess.Popen([ckpt_tool, "fetch", url], stdout=subprocess.PIPE, stderr=slave, text=True)
-        os.close(slave)
-        slave = None
-        shown = b""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                shown += chunk
-            elif child.poll() is not None:
-                break
-        out, _ = child.communicate(timeout=30)
-    finally:
-        os.close(master)
-        if slave is not None:
-            os.close(slave)
-    return child.returncode, out, shown.decode(errors="replace")
-
-
-def test_python_fetch_progress(ckpt, fault_server, capfd):
-    data = os.urandom(MIB)
-    quiet, loud = (fault_server.add(f"{name}.bin", data, rate=4 * MIB) for name in ("quiet", "loud"))
-    assert pathlib.Path(ckpt.fetch(quiet)).read_bytes() == data
-    assert capfd.readouterr().err == ""  # stderr is no terminal here
-    assert pathlib.Path(ckpt.fetch(loud, progress=True)).read_bytes() == data
-    assert _progress_shown(capfd.readouterr().err)

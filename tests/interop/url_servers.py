@@ -115,6 +115,8 @@ http {{
         server_name localhost;
         root {root};
         location / {{ }}
+        # The same files at 150 MB/s: a network slower than the disk (bench/bench_url.py).
+        location /limited/ {{ alias {root}/; limit_rate 150m; }}
     }}
 }}
 """
