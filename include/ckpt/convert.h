@@ -15,6 +15,7 @@
 
 #include "ckpt/format.h"
 #include "ckpt/transform.h"
+#include "ckpt/url.h"
 
 namespace ckpt {
 
@@ -45,6 +46,10 @@ struct ConvertOptions {
   // file. `ckpt convert --fold-weight-norm` passes fold_weight_norm
   // (weight_norm.h) here.
   std::function<Tree(const Tree&)> rewrite;
+  // A progress bar on stderr (bytes written of the source's tensor bytes,
+  // rate, ETA) for a conversion of 256 MiB or more: kAuto draws it when
+  // stderr is a terminal (or as CKPT_PROGRESS says; ckpt/url.h).
+  Progress progress = Progress::kAuto;
 };
 
 struct ConvertReport {

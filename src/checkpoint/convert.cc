@@ -8,9 +8,14 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "ckpt/registry.h"
+#include "io/atomic_file.h"
+#include "io/progress.h"
 
 namespace ckpt {
 namespace {
+
+// Conversions of fewer tensor bytes than this draw no progress bar.
+constexpr uint64_t kProgressFrom = uint64_t{256} << 20;
 
 std::string writable_format_ids() {
   std::string ids;
@@ -82,6 +87,13 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
   if (options.rewrite) rewritten = naming_file(src, [&] { return options.rewrite(renamed); });
   const Tree& tree = options.rewrite ? rewritten : renamed;
   if (save.metadata.empty() && format.capabilities().metadata) save.metadata = contents.metadata;
+
+  // Long conversions draw a bar from what the writers have written.
+  const uint64_t written_before = detail::bytes_written();
+  const detail::ProgressWatch progress(
+      "convert " + dst.filename().string(),
+      report.nbytes >= kProgressFrom && detail::progress_enabled(options.progress), report.nbytes,
+      [&] { return detail::bytes_written() - written_before; });
 
   // The target's writer knows what it holds (a TF bundle without extras
   // keeps strings and bytes; torch and flax files keep everything). What

@@ -37,6 +37,7 @@ constexpr size_t kFlushEarlyFrom = size_t{1} << 20;
 
 std::atomic<int64_t> g_fault_budget{-1};
 std::atomic<bool> g_flush_early{true};
+std::atomic<uint64_t> g_bytes_written{0};
 // Sealed files whose lock is held by a duplicate descriptor.
 std::atomic<int> g_sealed_locks{0};
 
@@ -68,6 +69,8 @@ bool fault_injected(size_t bytes) {
 void inject_write_fault_after(int64_t bytes) { g_fault_budget.store(bytes); }
 
 bool set_flush_early(bool on) { return g_flush_early.exchange(on); }
+
+uint64_t bytes_written() { return g_bytes_written.load(std::memory_order_relaxed); }
 
 AtomicFile::AtomicFile(std::filesystem::path final_path, AtomicFileOptions options)
     : final_path_(std::move(final_path)), options_(options) {
@@ -156,6 +159,7 @@ void AtomicFile::write_vectored_at(std::span<const std::span<const std::byte>> p
     if (n < 0) throw_io(final_path_, "write failed", errno, offset);
     if (n == 0) throw_io(final_path_, "write made no progress", ENOSPC, offset);
     offset += static_cast<uint64_t>(n);
+    g_bytes_written.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
     for (size_t left = static_cast<size_t>(n); left > 0;) {
       const size_t here = std::min(left, pieces[next].size() - skip);
       left -= here;

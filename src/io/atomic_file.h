@@ -120,6 +120,10 @@ class AtomicFile {
 // A negative value switches the fault off.
 void inject_write_fault_after(int64_t bytes);
 
+// Bytes written through AtomicFile by this process so far (what a progress
+// bar of a conversion counts: io/progress.h ProgressWatch).
+uint64_t bytes_written();
+
 // Benchmark hook: switches the early writeback of durable writes (write_at)
 // on or off for the whole process; returns the previous setting (on by
 // default).

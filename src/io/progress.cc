@@ -87,4 +87,28 @@ void ProgressBar::draw(uint64_t done, uint64_t total) {
   drawn_ = true;
 }
 
+ProgressWatch::ProgressWatch(std::string label, bool enabled, uint64_t total, std::function<uint64_t()> done)
+    : bar_(std::move(label), enabled), total_(total), done_(std::move(done)) {
+  if (!enabled) return;
+  thread_ = std::thread([this] {
+    std::unique_lock lock(mutex_);
+    while (!stop_) {
+      bar_.update(std::min(done_(), total_), total_);
+      wake_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    bar_.update(std::min(done_(), total_), total_);
+    bar_.finish();
+  });
+}
+
+ProgressWatch::~ProgressWatch() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard guard(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
 }  // namespace ckpt::detail

@@ -3,8 +3,12 @@
 // long conversions, redrawn at most ten times a second. Knows no format.
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "ckpt/url.h"
 
@@ -40,6 +44,26 @@ class ProgressBar {
   uint64_t total_ = 0;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_;
+};
+
+// A ProgressBar redrawn by a thread of its own from `done()` (bytes so far)
+// while the owner works (a conversion, whose writers report nothing): from
+// construction to destruction, which draws the final state.
+class ProgressWatch {
+ public:
+  ProgressWatch(std::string label, bool enabled, uint64_t total, std::function<uint64_t()> done);
+  ~ProgressWatch();
+  ProgressWatch(const ProgressWatch&) = delete;
+  ProgressWatch& operator=(const ProgressWatch&) = delete;
+
+ private:
+  ProgressBar bar_;
+  uint64_t total_;
+  std::function<uint64_t()> done_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 // "12.3 MiB": `bytes` in binary units, three significant digits.

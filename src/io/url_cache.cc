@@ -16,6 +16,7 @@
 #include <optional>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 
 #include "ckpt/error.h"
 #include "core/json_writer.h"
@@ -39,8 +40,10 @@ constexpr const char* kPartFolder = "part";
 // process's successor resumes near where it stopped.
 constexpr uint64_t kRecordEvery = uint64_t{64} << 20;
 constexpr std::chrono::milliseconds kRecordInterval{500};
-// Writeback of a download is started every this many bytes.
+// Writeback of a download is started every this many bytes; it is written
+// in pieces of this size.
 constexpr uint64_t kFlushEvery = uint64_t{8} << 20;
+constexpr size_t kWriteBlock = size_t{8} << 20;
 // Neighbouring ranges of one ensure() closer than this become one request.
 constexpr uint64_t kCoalesceGap = uint64_t{64} << 10;
 // A sibling ".sha256" larger than this is not a hash file.
@@ -162,7 +165,7 @@ std::optional<CacheRecord> read_record(const fs::path& dir) {
   const fs::path path = dir / kRecordName;
   const auto size = fs::file_size(path, error);
   if (error || size > (uint64_t{16} << 20)) return std::nullopt;
-  simdjson::dom::parser parser;
+  thread_local simdjson::dom::parser parser;  // its buffers kept: a cache hit costs microseconds
   simdjson::dom::element root;
   if (parser.load(path.string()).get(root) != simdjson::SUCCESS) return std::nullopt;
   CacheRecord record;
@@ -305,6 +308,49 @@ std::optional<std::pair<fs::path, CacheRecord>> find_complete(const fs::path& ro
     if (!record || record->url != url || !usable(child.path(), *record)) continue;
     if (expected.empty() || record->sha256 == expected) return std::make_pair(child.path(), std::move(*record));
   }
+  return std::nullopt;
+}
+
+// The complete entries this process has found or made, by cache, URL and
+// expected hash: a later fetch() of one costs a stat() instead of reading
+// its record (a cached open of a URL as fast as a local one). A remembered
+// file that is gone or has another size is looked up again.
+struct CompleteEntry {
+  fs::path path;
+  uint64_t size = 0;
+  std::string sha256;
+};
+
+std::mutex& memo_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::unordered_map<std::string, CompleteEntry>& memo() {
+  static auto* entries = new std::unordered_map<std::string, CompleteEntry>();  // never destroyed
+  return *entries;
+}
+
+void remember(const std::string& key, CompleteEntry entry) {
+  std::lock_guard guard(memo_mutex());
+  memo()[key] = std::move(entry);
+}
+
+std::optional<CompleteEntry> remembered(const std::string& key) {
+  std::optional<CompleteEntry> entry;
+  {
+    std::lock_guard guard(memo_mutex());
+    const auto found = memo().find(key);
+    if (found == memo().end()) return std::nullopt;
+    entry = found->second;
+  }
+  struct stat status {};
+  if (::stat(entry->path.c_str(), &status) == 0 && S_ISREG(status.st_mode) &&
+      static_cast<uint64_t>(status.st_size) == entry->size) {
+    return entry;
+  }
+  std::lock_guard guard(memo_mutex());
+  memo().erase(key);
   return std::nullopt;
 }
 
@@ -550,6 +596,7 @@ class Filler {
   // when the file completes; a record of another boot is not trusted).
   void persist() {
     if (record_.complete) return;
+    flush_pending();
     record_.time = wall_seconds();
     write_record(dir_, record_, /*durable=*/false);
     since_persist_ = 0;
@@ -608,6 +655,36 @@ class Filler {
     hasher_->reset();
     flushed_ = 0;
     if (::ftruncate(fd_, 0) != 0) throw_io(part_path(dir_, record_), "cannot empty the download", errno);
+  }
+
+  // Received bytes for `position` go to the file in pieces of kWriteBlock
+  // (fewer calls, and the page cache holds the file as a local write's in
+  // large pieces: reading the cached file is then as fast as a local one).
+  void stage(std::span<const std::byte> bytes, uint64_t position) {
+    if (!pending_.empty() && pending_at_ + pending_.size() != position) flush_pending();
+    if (pending_.empty()) {
+      pending_.reserve(kWriteBlock);
+      pending_at_ = position;
+    }
+    pending_.insert(pending_.end(), bytes.begin(), bytes.end());
+    if (pending_.size() >= kWriteBlock) flush_pending();
+  }
+
+  // Writes what stage() holds; it is then held by the file (the record's
+  // ranges, the hasher's prefix) and its writeback starts.
+  void flush_pending() {
+    if (pending_.empty()) return;
+    write_download(fd_, pending_, pending_at_, part_path(dir_, record_));
+    const uint64_t end = pending_at_ + pending_.size();
+    record_.ranges.add({pending_at_, end});
+    pending_.clear();
+    note_prefix();
+    // Start the writeback of what is written, so that the final sync waits
+    // only for the tail.
+    if (end >= flushed_ + kFlushEvery) {
+      ::sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(end - flushed_), SYNC_FILE_RANGE_WRITE);
+      flushed_ = end;
+    }
   }
 
   // Hands the held prefix [0, n) to the hasher.
@@ -681,27 +758,22 @@ class Filler {
         restart = true;
         return false;
       }
-      write_download(fd_, bytes, position, part_path(dir_, record_));
-      record_.ranges.add({position, position + bytes.size()});
+      stage(bytes, position);
       position += bytes.size();
-      note_prefix();
-      // Start the writeback of what is written, so that the final sync
-      // waits only for the tail.
-      if (position >= flushed_ + kFlushEvery) {
-        ::sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(position - flushed_),
-                          SYNC_FILE_RANGE_WRITE);
-        flushed_ = position;
-      }
       transferred_ += bytes.size();
       since_persist_ += bytes.size();
-      if (progress_) progress_->update(record_.ranges.covered(), record_.size.value_or(0));
+      if (progress_) progress_->update(record_.ranges.covered() + pending_.size(), record_.size.value_or(0));
       if (since_persist_ >= kRecordEvery || std::chrono::steady_clock::now() - persisted_at_ >= kRecordInterval) {
         persist();
       }
       return true;
     };
     const HttpResponse response = client_.get(request);
-    if (restart) return Outcome::kRestart;
+    if (restart) {
+      pending_.clear();  // of a version of the file that is being dropped
+      return Outcome::kRestart;
+    }
+    flush_pending();
     if (response.failure == HttpFailure::kNone && response.status >= 200 && response.status < 300) {
       if (whole && !record_.size) {
         record_.size = position;  // no Content-Length: the body's end is the file's
@@ -771,6 +843,8 @@ class Filler {
   // Hashes the held prefix [0, n) as it grows (declared after fd_, stopped before it closes).
   std::unique_ptr<PrefixHasher> hasher_;
   uint64_t flushed_ = 0;  // writeback started up to here
+  std::vector<std::byte> pending_;  // received, not yet written (stage())
+  uint64_t pending_at_ = 0;
   uint64_t transferred_ = 0;
   uint64_t since_persist_ = 0;
   uint64_t most_held_ = 0;  // the most bytes held after any request of fill()
@@ -1074,9 +1148,16 @@ std::filesystem::path fetch(std::string_view url, const FetchOptions& options) {
   const ParsedUrl parsed = parse_url(url);
   const std::string expected = expected_hash(parsed, options);
   const fs::path root = cache_root();
+  const std::string memo_key = root.string() + '\n' + parsed.url + '\n' + expected;
+  if (std::optional<CompleteEntry> hit = remembered(memo_key)) {
+    check_hash_prefix(parsed, hit->sha256, options);
+    return hit->path;
+  }
   if (auto found = find_complete(root, parsed.url, expected)) {
     check_hash_prefix(parsed, found->second.sha256, options);
-    return final_path(found->first, found->second);
+    const fs::path path = final_path(found->first, found->second);
+    remember(memo_key, {path, *found->second.size, found->second.sha256});
+    return path;
   }
   const fs::path dir = root / entry_key(parsed.url, expected);
   if (is_offline(options)) {
@@ -1106,7 +1187,9 @@ std::filesystem::path fetch(std::string_view url, const FetchOptions& options) {
   }
   bar.finish();
   filler.finish(lock);
-  return final_path(dir, filler.record());
+  const fs::path path = final_path(dir, filler.record());
+  remember(memo_key, {path, *filler.record().size, filler.record().sha256});
+  return path;
 }
 
 std::filesystem::path resolve_local(const std::filesystem::path& path, const FetchOptions& options) {
