@@ -196,3 +196,19 @@ def test_python_fetch_progress(ckpt, fault_server, capfd):
     assert pathlib.Path(ckpt.fetch(loud, progress=True)).read_bytes() == data
     assert _progress_shown(capfd.readouterr().err)
 
+
+
+def test_long_conversions_draw_a_progress_bar(ckpt, tmp_path, run, monkeypatch):
+    """ckpt convert of 256 MiB or more draws the bar (bytes written of the
+    source's tensor bytes) when asked for; a smaller one, or --quiet, none."""
+    big = tmp_path / "big.safetensors"
+    ckpt.save(big, {"w": np.zeros(260 * MIB // 4, np.float32)}, fsync=False)
+    small = tmp_path / "small.safetensors"
+    ckpt.save(small, {"w": np.zeros(MIB // 4, np.float32)})
+    assert run("convert", big, tmp_path / "a.pt").stderr == ""  # no tty: no bar
+    monkeypatch.setenv("CKPT_PROGRESS", "1")
+    shown = run("convert", big, tmp_path / "b.pt").stderr
+    assert "convert b.pt" in shown and "100%" in shown, shown
+    assert run("convert", small, tmp_path / "c.pt").stderr == ""
+    assert run("--quiet", "convert", big, tmp_path / "d.pt").stderr == ""
+    assert ckpt.diff(tmp_path / "b.pt", big)["identical"]
