@@ -45,7 +45,10 @@ struct FetchOptions {
 // the cache has no complete entry (see cache_directory()). The download
 // goes to a temporary file in the entry's directory; it is renamed to its
 // final name only after its size and hash check out, so a wrong file never
-// enters the cache. One process downloads an entry at a time (an flock on
+// enters the cache. It is synced to the disk on a background thread after
+// fetch() returns (the caller reads it from memory meanwhile), and its
+// record says complete only then: another process waits for that on the
+// entry's lock, and this process's exit waits for it. One process downloads an entry at a time (an flock on
 // the entry); a second waits and then finds it cached. An interrupted
 // download (a cut connection, a killed process) resumes with a range
 // request where the server allows it and the file has not changed (its

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <fstream>
 #include <cstdlib>
 #include <optional>
@@ -259,6 +261,7 @@ class EntryLock {
   ~EntryLock() {
     if (fd_ >= 0) ::close(fd_);
   }
+  EntryLock(EntryLock&& other) noexcept : dir_(std::move(other.dir_)), fd_(other.fd_) { other.fd_ = -1; }
   EntryLock(const EntryLock&) = delete;
   EntryLock& operator=(const EntryLock&) = delete;
 
@@ -403,6 +406,85 @@ void write_download(int fd, std::span<const std::byte> bytes, uint64_t offset, c
     offset += static_cast<uint64_t>(written);
   }
 }
+
+// Makes a complete entry's file durable (unless `synced` already) and then
+// its record: only a durable file is ever recorded complete.
+void commit_complete(const fs::path& dir, const CacheRecord& done, bool synced) {
+  const fs::path path = final_path(dir, done);
+  if (!synced) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw_io(path, "cannot open the download to sync it", errno);
+    const int result = ::fdatasync(fd);
+    const int error = errno;
+    ::close(fd);
+    if (result != 0) throw_io(path, "cannot sync the download", error);
+  }
+  write_record(dir, done);
+  std::error_code ignored;
+  fs::remove(dir / kPartFolder, ignored);
+}
+
+// The commits of downloads that fetch() returned before their file reached
+// the disk: each on a thread of its own, holding its entry's lock (another
+// process waits for it, then finds the entry complete). The process's exit
+// waits for those still running (this object's destructor); a process that
+// dies first leaves the entry incomplete, and its record of this boot has
+// it fetched again.
+class BackgroundCommits {
+ public:
+  static BackgroundCommits& instance() {
+    static BackgroundCommits commits;
+    return commits;
+  }
+  ~BackgroundCommits() { wait(); }
+  // Waits for every commit begun so far (what this process lists of the
+  // cache is then what it fetched).
+  void wait() {
+    std::vector<Job> jobs;
+    {
+      std::lock_guard guard(mutex_);
+      jobs.swap(jobs_);
+    }
+    for (Job& job : jobs) job.thread.join();
+  }
+  // Runs commit_complete(dir, done, false) under `lock`; on a failure (the
+  // disk refuses the sync) the entry stays incomplete. Synchronously when no
+  // thread can be started.
+  void run(EntryLock lock, fs::path dir, CacheRecord done) {
+    auto done_flag = std::make_shared<std::atomic<bool>>(false);
+    auto job = std::make_shared<std::function<void()>>(
+        [lock = std::make_shared<EntryLock>(std::move(lock)), dir = std::move(dir), done = std::move(done), done_flag] {
+          try {
+            commit_complete(dir, done, /*synced=*/false);
+          } catch (...) {
+          }
+          done_flag->store(true);  // the lock goes with the last reference to it, after the record
+        });
+    std::lock_guard guard(mutex_);
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = jobs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    try {
+      jobs_.push_back({std::thread([job] { (*job)(); }), done_flag});
+    } catch (const std::system_error&) {
+      (*job)();  // no thread: now
+    }
+  }
+
+ private:
+  struct Job {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  BackgroundCommits() = default;
+  std::mutex mutex_;
+  std::vector<Job> jobs_;
+};
 
 // ---------------------------------------------------------------- transfers
 
@@ -606,7 +688,12 @@ class Filler {
   // The whole file is held: hash it, check the hash (the caller's, else the
   // server's sibling .sha256) and the hash prefix, and move it into place.
   // A wrong file is removed with its record (it never enters the cache).
-  void finish(EntryLock& lock) {
+  // Returns the entry's record as complete. With `sync_now`, the file is
+  // synced before its rename and the record written (commit_complete());
+  // else the caller commits it later (fetch(): on a background thread,
+  // holding the entry's lock until then), and until it does the entry reads
+  // as incomplete.
+  CacheRecord finish(EntryLock& lock, bool sync_now = true) {
     if (!record_.size || !record_.ranges.covers({0, *record_.size})) {
       remote_error(parsed_.url, "internal: finish() before the file is whole");
     }
@@ -629,18 +716,19 @@ class Filler {
       lock.remove_entry();
       throw;
     }
-    if (::fdatasync(fd_) != 0) throw_io(part_path(dir_, record_), "cannot sync the download", errno);
+    if (sync_now && ::fdatasync(fd_) != 0) throw_io(part_path(dir_, record_), "cannot sync the download", errno);
     const fs::path from = part_path(dir_, record_);
     const fs::path to = final_path(dir_, record_);
     if (::rename(from.c_str(), to.c_str()) != 0) throw_io(to, "cannot move the download into the cache", errno);
-    record_.complete = true;
-    record_.sha256 = actual;
-    record_.ranges.clear();
-    record_.boot.clear();
-    record_.time = wall_seconds();
-    write_record(dir_, record_);
-    std::error_code error;
-    fs::remove(dir_ / kPartFolder, error);
+    CacheRecord done = record_;
+    done.complete = true;
+    done.sha256 = actual;
+    done.ranges.clear();
+    done.boot.clear();
+    done.time = wall_seconds();
+    if (sync_now) commit_complete(dir_, done, /*synced=*/true);
+    record_ = done;
+    return done;
   }
 
  private:
@@ -1186,9 +1274,13 @@ std::filesystem::path fetch(std::string_view url, const FetchOptions& options) {
     throw;
   }
   bar.finish();
-  filler.finish(lock);
-  const fs::path path = final_path(dir, filler.record());
-  remember(memo_key, {path, *filler.record().size, filler.record().sha256});
+  // The file is renamed into place now and made durable on a background
+  // thread (its record says complete only then): the caller does not wait
+  // for the disk to absorb what the network delivered.
+  CacheRecord done = filler.finish(lock, /*sync_now=*/false);
+  const fs::path path = final_path(dir, done);
+  remember(memo_key, {path, *done.size, done.sha256});
+  BackgroundCommits::instance().run(std::move(lock), dir, std::move(done));
   return path;
 }
 
@@ -1199,6 +1291,7 @@ std::filesystem::path resolve_local(const std::filesystem::path& path, const Fet
 
 std::vector<CacheEntry> cache_entries() {
   using namespace detail;
+  BackgroundCommits::instance().wait();
   const fs::path root = cache_root();
   std::vector<CacheEntry> entries;
   std::error_code error;
@@ -1233,6 +1326,7 @@ namespace {
 template <class Pick>
 size_t remove_entries(Pick&& pick) {
   namespace fs = std::filesystem;
+  detail::BackgroundCommits::instance().wait();
   const fs::path root = detail::cache_root();
   std::error_code error;
   if (!fs::exists(root, error)) return 0;
