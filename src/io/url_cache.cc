@@ -12,6 +12,7 @@
 #include <chrono>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <fstream>
 #include <cstdlib>
@@ -42,9 +43,7 @@ constexpr const char* kPartFolder = "part";
 // process's successor resumes near where it stopped.
 constexpr uint64_t kRecordEvery = uint64_t{64} << 20;
 constexpr std::chrono::milliseconds kRecordInterval{500};
-// Writeback of a download is started every this many bytes; it is written
-// in pieces of this size.
-constexpr uint64_t kFlushEvery = uint64_t{8} << 20;
+// A download is written in pieces of this size.
 constexpr size_t kWriteBlock = size_t{8} << 20;
 // Neighbouring ranges of one ensure() closer than this become one request.
 constexpr uint64_t kCoalesceGap = uint64_t{64} << 10;
@@ -514,16 +513,38 @@ class PrefixHasher {
     }
     wake_.notify_all();
   }
+  // `block`, just written at `at`: hashed from memory when it continues the
+  // hashed prefix (no read back), returned through spare() afterwards. A
+  // block that cannot be queued (the queue is full, or it lies elsewhere) is
+  // simply dropped: the bytes are read back from the file instead.
+  void feed(std::vector<std::byte> block, uint64_t at) {
+    {
+      std::lock_guard guard(mutex_);
+      if (queue_.size() >= kMaxQueued) return;
+      queue_.push_back({std::move(block), at, generation_});
+    }
+    wake_.notify_all();
+  }
+  // An emptied buffer of an earlier feed() (capacity kept), or an empty one.
+  std::vector<std::byte> spare() {
+    std::lock_guard guard(mutex_);
+    if (spares_.empty()) return {};
+    std::vector<std::byte> buffer = std::move(spares_.back());
+    spares_.pop_back();
+    return buffer;
+  }
+
   // The file was emptied: start again from its first byte.
   void reset() {
     std::lock_guard guard(mutex_);
-    ++generation_;
-    hash_ = std::make_unique<Sha256>();
+    ++generation_;  // the thread starts a fresh hash when it sees this
+    queue_.clear();
     hashed_ = available_ = 0;
     failed_ = false;
   }
   // The hash of [0, size) once hashed (nullopt if a read failed).
   std::optional<std::string> finish(uint64_t size) {
+    if (size == 0) return sha256_hex("");
     written(size);
     std::unique_lock lock(mutex_);
     done_.wait(lock, [&] { return hashed_ >= size || failed_; });
@@ -533,13 +554,37 @@ class PrefixHasher {
 
  private:
   void run() {
-    std::vector<std::byte> buffer(size_t{4} << 20);
+    std::vector<std::byte> buffer;
     std::unique_lock lock(mutex_);
     for (;;) {
       wake_.wait(lock, [&] { return stop_ || (hashed_ < available_ && !failed_); });
       if (stop_) return;
+      // hash_ is this thread's: only it replaces it, between its updates.
+      if (hash_generation_ != generation_) {
+        hash_ = std::make_unique<Sha256>();
+        hash_generation_ = generation_;
+      }
+      // Blocks behind the hashed prefix are of no use any more.
+      while (!queue_.empty() && (queue_.front().generation != generation_ ||
+                                 queue_.front().at + queue_.front().bytes.size() <= hashed_)) {
+        recycle(std::move(queue_.front().bytes));
+        queue_.pop_front();
+      }
       const uint64_t generation = generation_;
       const uint64_t at = hashed_;
+      if (!queue_.empty() && queue_.front().at <= at && queue_.front().at + queue_.front().bytes.size() <= available_) {
+        Queued block = std::move(queue_.front());
+        queue_.pop_front();
+        lock.unlock();
+        const auto bytes = std::span(block.bytes).subspan(static_cast<size_t>(at - block.at));
+        hash_->update(bytes);  // outside the lock: the download goes on meanwhile
+        lock.lock();
+        if (generation == generation_) hashed_ += bytes.size();
+        recycle(std::move(block.bytes));
+        done_.notify_all();
+        continue;
+      }
+      if (buffer.empty()) buffer.resize(size_t{4} << 20);
       const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), available_ - at));
       lock.unlock();
       ssize_t got = ::pread(fd_, buffer.data(), want, static_cast<off_t>(at));
@@ -556,6 +601,21 @@ class PrefixHasher {
     }
   }
 
+  // Under mutex_.
+  void recycle(std::vector<std::byte> bytes) {
+    bytes.clear();
+    if (spares_.size() < kMaxQueued) spares_.push_back(std::move(bytes));
+  }
+
+  struct Queued {
+    std::vector<std::byte> bytes;
+    uint64_t at;
+    uint64_t generation;
+  };
+  static constexpr size_t kMaxQueued = 8;
+  uint64_t hash_generation_ = 0;
+  std::deque<Queued> queue_;
+  std::vector<std::vector<std::byte>> spares_;
   int fd_;
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -741,7 +801,6 @@ class Filler {
     record_.etag.clear();
     record_.last_modified.clear();
     hasher_->reset();
-    flushed_ = 0;
     if (::ftruncate(fd_, 0) != 0) throw_io(part_path(dir_, record_), "cannot empty the download", errno);
   }
 
@@ -765,14 +824,13 @@ class Filler {
     write_download(fd_, pending_, pending_at_, part_path(dir_, record_));
     const uint64_t end = pending_at_ + pending_.size();
     record_.ranges.add({pending_at_, end});
+    hasher_->feed(std::move(pending_), pending_at_);  // hashed from memory, not read back
+    pending_ = hasher_->spare();
     pending_.clear();
     note_prefix();
-    // Start the writeback of what is written, so that the final sync waits
-    // only for the tail.
-    if (end >= flushed_ + kFlushEvery) {
-      ::sync_file_range(fd_, static_cast<off_t>(flushed_), static_cast<off_t>(end - flushed_), SYNC_FILE_RANGE_WRITE);
-      flushed_ = end;
-    }
+    // No early writeback (sync_file_range) here: on a disk slower than the
+    // network it would hold the transfer to the disk's pace; the background
+    // commit (BackgroundCommits) syncs the file after fetch() returns.
   }
 
   // Hands the held prefix [0, n) to the hasher.
@@ -828,7 +886,6 @@ class Filler {
         whole = true;
         record_.ranges.clear();
         hasher_->reset();
-        flushed_ = 0;
         record_.size = response.content_length;
         if (::ftruncate(fd_, static_cast<off_t>(record_.size.value_or(0))) != 0) {
           throw_io(part_path(dir_, record_), "cannot size the download", errno);
@@ -930,7 +987,6 @@ class Filler {
   int fd_ = -1;
   // Hashes the held prefix [0, n) as it grows (declared after fd_, stopped before it closes).
   std::unique_ptr<PrefixHasher> hasher_;
-  uint64_t flushed_ = 0;  // writeback started up to here
   std::vector<std::byte> pending_;  // received, not yet written (stage())
   uint64_t pending_at_ = 0;
   uint64_t transferred_ = 0;
