@@ -259,14 +259,7 @@ std::string entry_key(const std::string& url, const std::string& expected) {
 // its record: only a durable file is ever recorded complete.
 void commit_complete(const fs::path& dir, const CacheRecord& done, bool synced) {
   const fs::path path = final_path(dir, done);
-  if (!synced) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw_io(path, "cannot open the download to sync it", errno);
-    const int result = ::fdatasync(fd);
-    const int error = errno;
-    ::close(fd);
-    if (result != 0) throw_io(path, "cannot sync the download", error);
-  }
+  if (!synced) sync_file(path);
   write_record(dir, done);
   std::error_code ignored;
   fs::remove(dir / kPartFolder, ignored);

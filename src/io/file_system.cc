@@ -53,6 +53,15 @@ void throw_io(const std::filesystem::path& path, std::string_view what, int erro
   throw Error(code, std::string(what) + ": " + std::strerror(error), {.path = path, .offset = offset});
 }
 
+void sync_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_io(path, "cannot open the file to sync it", errno);
+  const int result = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (result != 0) throw_io(path, "cannot sync the file", error);
+}
+
 void sync_directory(const std::filesystem::path& directory, const std::filesystem::path& for_path) {
   sync(directory, for_path, Sync::kDirectory);
 }

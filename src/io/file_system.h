@@ -21,6 +21,10 @@ namespace ckpt::detail {
 // absent, another kind of entry or cannot be examined. Never throws.
 bool regular_file_exists(const std::filesystem::path& path) noexcept;
 
+// fsync()s the file at `path` (opened read-only for it): its data and size
+// reach the disk. Throws as throw_io, naming `path`.
+void sync_file(const std::filesystem::path& path);
+
 // fsync()s `directory` ("." when empty), so that the entries created,
 // renamed or removed in it are durable. A file system that cannot sync
 // directories (EINVAL) is not an error. Throws as throw_io, naming

@@ -102,15 +102,6 @@ class Digest {
   size_t next_tensor_ = 0;
 };
 
-void fsync_file(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_io(path, "cannot open the copied file to sync it", errno);
-  const int result = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (result != 0) throw_io(path, "cannot sync the copied file", error);
-}
-
 }  // namespace
 
 std::string state_name(const Format& format) { return part_file_name(format, "state"); }
@@ -305,7 +296,7 @@ bool link_state_files(const fs::path& from_dir, const fs::path& to_dir, const st
       if (error.value() == ENOENT) return undo();
       throw_io(to, "cannot copy the unchanged state file from the previous step", error.value());
     }
-    if (fsync) fsync_file(to);
+    if (fsync) sync_file(to);
   }
   return true;
 }
