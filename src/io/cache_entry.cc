@@ -23,6 +23,7 @@
 #include "io/atomic_file.h"
 #include "io/file_system.h"
 #include "io/sha256.h"
+#include "io/sha256.h"
 
 namespace ckpt::detail {
 
@@ -273,6 +274,22 @@ namespace {
 // waits for those still running (this object's destructor); a process that
 // dies first leaves the entry incomplete, and its record of this boot has
 // it fetched again.
+// The SHA-256 of a complete entry's file, read back from the cache (a
+// download whose hash was deferred). Throws Error{kIo}.
+std::string hash_of_entry(const fs::path& dir, const CacheRecord& done) {
+  const fs::path path = final_path(dir, done);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_io(path, "cannot open the download to hash it", errno);
+  try {
+    std::string hex = sha256_of_file(fd, done.size.value_or(0), path);
+    ::close(fd);
+    return hex;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
 class BackgroundCommits {
  public:
   static BackgroundCommits& instance() {
@@ -296,8 +313,9 @@ class BackgroundCommits {
   void run(EntryLock lock, fs::path dir, CacheRecord done) {
     auto done_flag = std::make_shared<std::atomic<bool>>(false);
     auto job = std::make_shared<std::function<void()>>(
-        [lock = std::make_shared<EntryLock>(std::move(lock)), dir = std::move(dir), done = std::move(done), done_flag] {
+        [lock = std::make_shared<EntryLock>(std::move(lock)), dir = std::move(dir), done = std::move(done), done_flag]() mutable {
           try {
+            if (done.sha256.empty()) done.sha256 = hash_of_entry(dir, done);  // a deferred hash
             commit_complete(dir, done, /*synced=*/false);
           } catch (...) {
           }

@@ -268,6 +268,7 @@ struct Filler::Impl {
   const CacheRecord& record() const { return record_; }
   uint64_t transferred() const { return transferred_; }
   void set_progress(ProgressBar* bar) { progress_ = bar; }
+  void defer_hash() { hasher_.reset(); }
   // Lazy opens refuse a file that changed under them; fetch() starts again.
   void set_refuse_changes(bool refuse) { refuse_changes_ = refuse; }
 
@@ -355,10 +356,17 @@ struct Filler::Impl {
     if (::ftruncate(fd_, static_cast<off_t>(*record_.size)) != 0) {
       throw_io(part_path(dir_, record_), "cannot size the download", errno);
     }
-    const std::optional<std::string> streamed = hasher_->finish(*record_.size);
-    const std::string actual = streamed ? *streamed : hash_file();
     std::string expected = expected_;
     if (expected.empty() && !is_offline(options_)) expected = sibling_hash(client_, parsed_.url, stall_);
+    // Without a hash to check, a deferred hash is left to the commit.
+    const bool hash_now = hasher_ || sync_now || !expected.empty() ||
+                          (options_.check_hash_prefix && !parsed_.hash_prefix.empty());
+    std::string actual;
+    if (hash_now) {
+      const std::optional<std::string> streamed =
+          hasher_ ? hasher_->finish(*record_.size) : std::optional<std::string>();
+      actual = streamed ? *streamed : hash_file();
+    }
     if ((!expected.empty() && actual != expected)) {
       lock.remove_entry();
       throw Error(ErrorCode::kCorrupt, "sha256 mismatch: expected " + expected + ", got " + actual +
@@ -366,7 +374,7 @@ struct Filler::Impl {
                   {.path = parsed_.url});
     }
     try {
-      check_hash_prefix(parsed_, actual, options_);
+      if (hash_now) check_hash_prefix(parsed_, actual, options_);
     } catch (const Error&) {
       lock.remove_entry();
       throw;
@@ -394,7 +402,7 @@ struct Filler::Impl {
     record_.size.reset();
     record_.etag.clear();
     record_.last_modified.clear();
-    hasher_->reset();
+    if (hasher_) hasher_->reset();
     if (::ftruncate(fd_, 0) != 0) throw_io(part_path(dir_, record_), "cannot empty the download", errno);
   }
 
@@ -418,8 +426,10 @@ struct Filler::Impl {
     write_download(fd_, pending_, pending_at_, part_path(dir_, record_));
     const uint64_t end = pending_at_ + pending_.size();
     record_.ranges.add({pending_at_, end});
-    hasher_->feed(std::move(pending_), pending_at_);  // hashed from memory, not read back
-    pending_ = hasher_->spare();
+    if (hasher_) {
+      hasher_->feed(std::move(pending_), pending_at_);  // hashed from memory, not read back
+      pending_ = hasher_->spare();
+    }
     pending_.clear();
     note_prefix();
     // No early writeback (sync_file_range) here: on a disk slower than the
@@ -430,7 +440,7 @@ struct Filler::Impl {
   // Hands the held prefix [0, n) to the hasher.
   void note_prefix() {
     const auto& held = record_.ranges.ranges();
-    if (!held.empty() && held.front().begin == 0) hasher_->written(held.front().end);
+    if (hasher_ && !held.empty() && held.front().begin == 0) hasher_->written(held.front().end);
   }
 
   std::string validator() const { return !record_.etag.empty() ? record_.etag : record_.last_modified; }
@@ -479,7 +489,7 @@ struct Filler::Impl {
         }
         whole = true;
         record_.ranges.clear();
-        hasher_->reset();
+        if (hasher_) hasher_->reset();
         record_.size = response.content_length;
         if (::ftruncate(fd_, static_cast<off_t>(record_.size.value_or(0))) != 0) {
           throw_io(part_path(dir_, record_), "cannot size the download", errno);
@@ -554,20 +564,7 @@ struct Filler::Impl {
     remote_error(parsed_.url, "transfer failed (" + response.failure_text + ")");
   }
 
-  std::string hash_file() {
-    Sha256 hash;
-    std::vector<std::byte> buffer(size_t{4} << 20);
-    uint64_t offset = 0;
-    while (offset < *record_.size) {
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), *record_.size - offset));
-      const ssize_t got = ::pread(fd_, buffer.data(), want, static_cast<off_t>(offset));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) throw_io(part_path(dir_, record_), "cannot read the download back", got < 0 ? errno : EIO, offset);
-      hash.update(std::span(buffer.data(), static_cast<size_t>(got)));
-      offset += static_cast<uint64_t>(got);
-    }
-    return hash.hex();
-  }
+  std::string hash_file() { return sha256_of_file(fd_, *record_.size, part_path(dir_, record_)); }
 
   fs::path dir_;
   ParsedUrl parsed_;
@@ -604,5 +601,6 @@ void Filler::set_refuse_changes(bool refuse) { impl_->set_refuse_changes(refuse)
 void Filler::fill(std::optional<std::vector<ByteRange>> wanted) { impl_->fill(std::move(wanted)); }
 void Filler::persist() { impl_->persist(); }
 CacheRecord Filler::finish(EntryLock& lock, bool sync_now) { return impl_->finish(lock, sync_now); }
+void Filler::defer_hash() { impl_->defer_hash(); }
 
 }  // namespace ckpt::detail

@@ -43,6 +43,12 @@ class Filler {
   void set_progress(ProgressBar* bar);
   // Lazy opens refuse a file that changed under them (Error{kRemote}); fetch() starts again.
   void set_refuse_changes(bool refuse);
+  // No hash while the bytes arrive (before fill()): for a download that has
+  // no hash to check, whose finish(lock, false) then leaves the record's
+  // sha256 empty for commit_in_background() to compute. A hash that turns
+  // up at finish() (the server's sibling .sha256) is computed then, from
+  // the file.
+  void defer_hash();
 
   // Fetches what `wanted` lacks (nullopt: the whole file). Without a known
   // size, the first request asks for wanted's first range and learns the
@@ -56,7 +62,8 @@ class Filler {
   // Error{kCorrupt} thrown. Returns the entry's record as complete. With
   // `sync_now`, the file is synced before its rename and the record written
   // (commit_complete()); else the caller commits it later
-  // (commit_in_background()), and until then the entry reads as incomplete.
+  // (commit_in_background()), and until then the entry reads as incomplete;
+  // after defer_hash(), with nothing to check, its sha256 is left empty.
   CacheRecord finish(EntryLock& lock, bool sync_now = true);
 
  private:

@@ -1,11 +1,16 @@
 #include "io/sha256.h"
 
 #include <openssl/evp.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <new>
+#include <vector>
 
 #include "core/text.h"
+#include "io/file_system.h"
 
 namespace ckpt::detail {
 
@@ -46,6 +51,21 @@ bool is_sha256_hex(std::string_view text) {
     if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
   }
   return true;
+}
+
+std::string sha256_of_file(int fd, uint64_t size, const std::filesystem::path& path) {
+  Sha256 hash;
+  std::vector<std::byte> buffer(size_t{4} << 20);
+  uint64_t offset = 0;
+  while (offset < size) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), size - offset));
+    const ssize_t got = ::pread(fd, buffer.data(), want, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw_io(path, "cannot read the download back", got < 0 ? errno : EIO, offset);
+    hash.update(std::span(buffer.data(), static_cast<size_t>(got)));
+    offset += static_cast<uint64_t>(got);
+  }
+  return hash.hex();
 }
 
 }  // namespace ckpt::detail

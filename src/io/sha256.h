@@ -3,6 +3,8 @@
 // checkpoint (ckpt/url.h), as torch.hub and Hugging Face name theirs.
 
 #include <cstddef>
+#include <cstdint>
+#include <filesystem>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +30,11 @@ class Sha256 {
 
 // The hex SHA-256 of `text`.
 std::string sha256_hex(std::string_view text);
+
+// The hex SHA-256 of the first `size` bytes of the open file `fd`, read
+// with positioned reads. Throws Error{kIo} naming `path` when a read fails
+// or the file is shorter.
+std::string sha256_of_file(int fd, uint64_t size, const std::filesystem::path& path);
 
 // True if `text` is 64 hex digits.
 bool is_sha256_hex(std::string_view text);

@@ -5,7 +5,9 @@
 
 #include "ckpt/url.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -115,6 +117,24 @@ TEST(Sha256, KnownDigests) {
   EXPECT_TRUE(is_sha256_hex(std::string(64, 'F')));
   EXPECT_FALSE(is_sha256_hex(std::string(63, 'f')));
   EXPECT_FALSE(is_sha256_hex(std::string(63, 'f') + "g"));
+}
+
+// A file's hash read back with positioned reads (what a deferred hash does
+// after a download): the same as hashing the bytes in memory.
+TEST(Sha256, OfAFileReadBack) {
+  testing::TempDir dir;
+  std::string bytes(9 << 20, '\0');  // more than one read's buffer
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 + i / 4096);
+  const std::filesystem::path path = dir / "f.bin";
+  testing::write_file(path, bytes);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(sha256_of_file(fd, bytes.size(), path), sha256_hex(bytes));
+  EXPECT_EQ(sha256_of_file(fd, 1000, path), sha256_hex(std::string_view(bytes).substr(0, 1000)));
+  const Error shorter = error_of([&] { sha256_of_file(fd, bytes.size() + 1, path); });
+  EXPECT_EQ(shorter.code(), ErrorCode::kIo);
+  EXPECT_EQ(shorter.context().path, path);
+  ::close(fd);
 }
 
 TEST(Http, ContentRange) {
