@@ -1,0 +1,286 @@
+#include "formats/dcp/writer.h"
+
+#include <set>
+
+#include "ckpt/error.h"
+#include "formats/dcp/layout.h"
+#include "formats/torch/pickle_writer.h"
+#include "formats/torch/writer.h"
+#include "io/atomic_directory.h"
+#include "io/atomic_file.h"
+#include "io/mapped_file.h"
+
+namespace fs = std::filesystem;
+
+namespace ckpt::dcp_detail {
+namespace {
+
+using torch_detail::PickleWriter;
+
+struct Location {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// One leaf of the flattened tree.
+struct OutItem {
+  std::string fqn;
+  KeyPath path;
+  const Tree* value = nullptr;
+  Location location;
+};
+
+// _traverse.py _is_terminal: a value is a leaf unless it is a map, or a
+// list holding a tensor or a container that is not itself a leaf.
+bool is_terminal(const Tree& node) {
+  if (node.is_map()) return false;
+  if (!node.is_list()) return true;
+  for (const TreeEntry& entry : node.entries()) {
+    if (entry.value.is_tensor()) return false;
+    if (entry.value.is_container() && !is_terminal(entry.value)) return false;
+  }
+  return true;
+}
+
+void flatten(const Tree& node, KeyPath& path, std::vector<OutItem>& out) {
+  if (!path.empty() && is_terminal(node)) {
+    std::string fqn;
+    for (const Key& key : path) {
+      fqn += fqn.empty() ? "" : ".";
+      fqn += key_to_string(key);
+    }
+    out.push_back({.fqn = std::move(fqn), .path = path, .value = &node});
+    return;
+  }
+  for (const TreeEntry& entry : node.entries()) {
+    // DCP keys dict entries by str(key); list positions stay integers.
+    Key key = node.is_map() && std::holds_alternative<int64_t>(entry.key)
+                  ? Key(std::to_string(std::get<int64_t>(entry.key)))
+                  : entry.key;
+    path.push_back(std::move(key));
+    flatten(entry.value, path, out);
+    path.pop_back();
+  }
+}
+
+void size_value(PickleWriter& out, std::span<const int64_t> values) {
+  out.global("torch", "Size");
+  if (values.size() > 3) out.mark();
+  for (int64_t value : values) out.integer(value);
+  if (values.empty()) {
+    out.empty_tuple();
+  } else {
+    out.tuple(values.size());
+  }
+  out.tuple(1);
+  out.reduce();
+}
+
+// An object of `cls` made as pickle makes a dataclass: NEWOBJ with no
+// arguments; the caller writes its state and BUILD.
+void new_object(PickleWriter& out, std::string_view module, std::string_view cls) {
+  out.global(module, cls);
+  out.empty_tuple();
+  out.newobj();
+}
+
+void tensor_metadata(PickleWriter& out, const Tensor& tensor) {
+  new_object(out, kMetadataModule, "TensorStorageMetadata");
+  out.empty_dict();
+  out.mark();
+  out.str("properties");
+  new_object(out, kMetadataModule, "TensorProperties");
+  // TensorProperties.__getstate__: (dtype, layout, requires_grad,
+  // memory_format encoding, pin_memory).
+  out.mark();
+  out.global("torch", dtype_info(tensor.dtype()).torch);
+  out.global("torch.serialization", "_get_layout");
+  out.str("torch.strided");
+  out.tuple(1);
+  out.reduce();
+  out.boolean(false);
+  out.global(kMetadataModule, "_MEM_FORMAT_ENCODING");
+  out.integer(0);  // TORCH_CONTIGUOUS_FORMAT
+  out.tuple(1);
+  out.reduce();
+  out.boolean(false);
+  out.tuple(5);
+  out.build();
+  out.str("size");
+  size_value(out, tensor.shape());
+  out.str("chunks");
+  out.empty_list();
+  out.mark();
+  new_object(out, kMetadataModule, "ChunkStorageMetadata");
+  out.empty_dict();
+  out.mark();
+  out.str("offsets");
+  const std::vector<int64_t> zeros(tensor.shape().size(), 0);
+  size_value(out, zeros);
+  out.str("sizes");
+  size_value(out, tensor.shape());
+  out.setitems();
+  out.build();
+  out.appends();
+  out.setitems();
+  out.build();
+}
+
+std::string metadata_pickle(const std::vector<OutItem>& items, const fs::path& path) {
+  PickleWriter out;
+  new_object(out, kMetadataModule, "Metadata");
+  out.empty_dict();
+  out.mark();
+
+  out.str("state_dict_metadata");
+  out.empty_dict();
+  out.mark();
+  for (const OutItem& item : items) {
+    out.str(item.fqn);
+    if (item.value->is_tensor()) {
+      tensor_metadata(out, item.value->tensor());
+    } else {
+      new_object(out, kMetadataModule, "BytesStorageMetadata");
+    }
+  }
+  out.setitems();
+
+  out.str("planner_data");
+  out.empty_dict();
+  out.mark();
+  for (const OutItem& item : items) {
+    out.str(item.fqn);
+    if (item.path.size() > 3) out.mark();
+    for (const Key& key : item.path) {
+      if (std::holds_alternative<int64_t>(key)) {
+        out.integer(std::get<int64_t>(key));
+      } else {
+        out.str(std::get<std::string>(key));
+      }
+    }
+    out.tuple(item.path.size());
+  }
+  out.setitems();
+
+  out.str("storage_data");
+  out.empty_dict();
+  out.mark();
+  for (const OutItem& item : items) {
+    new_object(out, kMetadataModule, "MetadataIndex");
+    out.empty_dict();
+    out.mark();
+    out.str("fqn");
+    out.str(item.fqn);
+    out.str("offset");
+    if (item.value->is_tensor()) {
+      const std::vector<int64_t> zeros(item.value->tensor().shape().size(), 0);
+      size_value(out, zeros);
+    } else {
+      out.none();
+    }
+    out.str("index");
+    if (item.value->is_tensor()) {
+      out.integer(0);
+    } else {
+      out.none();
+    }
+    out.setitems();
+    out.build();
+    new_object(out, kFilesystemModule, "_StorageInfo");
+    out.empty_dict();
+    out.mark();
+    out.str("relative_path");
+    out.str(kWriterDataFile);
+    out.str("offset");
+    out.integer(static_cast<int64_t>(item.location.offset));
+    out.str("length");
+    out.integer(static_cast<int64_t>(item.location.length));
+    out.setitems();
+    out.build();
+  }
+  out.setitems();
+
+  out.str("storage_meta");
+  new_object(out, kMetadataModule, "StorageMeta");
+  out.empty_dict();
+  out.mark();
+  out.str("checkpoint_id");
+  out.str(path.string());
+  out.str("save_id");
+  out.none();
+  out.str("load_id");
+  out.none();
+  out.str("modules");
+  out.empty_list();
+  out.setitems();
+  out.build();
+
+  out.str("version");
+  out.str(kDcpVersion);
+  out.setitems();
+  out.build();
+  return out.finish();
+}
+
+}  // namespace
+
+std::vector<DType> writable_dtypes() {
+  std::vector<DType> dtypes;
+  for (const DTypeInfo& info : all_dtypes()) {
+    if (!info.torch.empty()) dtypes.push_back(info.dtype);
+  }
+  return dtypes;
+}
+
+void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions& options) {
+  if (!tree.is_map()) {
+    throw Error(ErrorCode::kInvalidArgument, "a DCP checkpoint holds a state dict: the tree must be a map");
+  }
+  std::vector<OutItem> items;
+  KeyPath key_path;
+  flatten(tree, key_path, items);
+  std::set<std::string_view> names;
+  for (const OutItem& item : items) {
+    if (!names.insert(item.fqn).second) {
+      throw Error(ErrorCode::kUnsupported, "two leaves have the same DCP fqn", {.entry = item.fqn});
+    }
+    if (item.value->is_tensor() && dtype_info(item.value->tensor().dtype()).torch.empty()) {
+      throw Error(ErrorCode::kUnsupported,
+                  "dtype " + std::string(dtype_name(item.value->tensor().dtype())) + " has no torch dtype",
+                  {.entry = item.fqn});
+    }
+  }
+
+  detail::AtomicDirectory directory(path, {.fsync = options.fsync, .files_synced = options.fsync});
+  {
+    detail::AtomicFile data(directory.path() / kWriterDataFile, {.fsync = options.fsync});
+    // Each item is a torch.save archive (torch.save of a stream names its
+    // folder "archive/"), written by the torch writer beside the data file
+    // and appended to it.
+    const fs::path archive = directory.path() / "archive.pt";
+    uint64_t offset = 0;
+    for (OutItem& item : items) {
+      try {
+        torch_detail::write_file(archive, *item.value, {.extras = false, .fsync = false, .threads = options.threads});
+      } catch (Error& error) {
+        throw error.with_entry(item.fqn);
+      }
+      std::shared_ptr<const detail::MappedFile> bytes = detail::MappedFile::open(archive);
+      data.write_at(bytes->bytes(), offset);
+      item.location = {.offset = offset, .length = bytes->size()};
+      offset += bytes->size();
+    }
+    std::error_code ignored;
+    fs::remove(archive, ignored);
+    data.commit({.sync_directory = false});
+  }
+  {
+    const std::string pickle = metadata_pickle(items, path);
+    detail::AtomicFile metadata(directory.path() / kMetadataFile, {.fsync = options.fsync});
+    metadata.write_at(std::as_bytes(std::span(pickle)), 0);
+    metadata.commit({.sync_directory = false});
+  }
+  directory.commit();
+}
+
+}  // namespace ckpt::dcp_detail
