@@ -18,7 +18,7 @@ class DcpFormat final : public Format {
   }
   std::vector<std::string_view> extensions() const override { return {}; }
   FormatCapabilities capabilities() const override {
-    return {.read = true, .write = true, .nested_tree = true, .lists_and_int_keys = false};
+    return {.read = true, .write = true, .nested_tree = true, .lists_and_int_keys = true, .ties = true};
   }
   std::vector<DType> dtypes() const override { return dcp_detail::writable_dtypes(); }
 

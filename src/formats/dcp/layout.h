@@ -17,6 +17,12 @@ inline constexpr std::string_view kWriterDataFile = "__0_0.distcp";
 // filesystem.py `CURRENT_DCP_VERSION`.
 inline constexpr std::string_view kDcpVersion = "1.0.0";
 
+// ckpt's extra attribute of Metadata (with SaveOptions::extras): a list of
+// (path of a map, [its integer keys]) for the maps whose integer keys DCP's
+// str(key) made strings, so that ckpt reads them back as integers. torch
+// keeps it in the object's __dict__ and never reads it.
+inline constexpr std::string_view kIntKeysAttribute = "ckpt_int_keys";
+
 // Modules of the classes the metadata pickle names.
 inline constexpr std::string_view kMetadataModule = "torch.distributed.checkpoint.metadata";
 inline constexpr std::string_view kFilesystemModule = "torch.distributed.checkpoint.filesystem";

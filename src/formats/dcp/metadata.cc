@@ -238,6 +238,22 @@ DcpMetadata parse_metadata(std::span<const std::byte> bytes) {
     }
   }
 
+  if (const PickleValue* extra = attribute(state, kIntKeysAttribute); extra != nullptr) {
+    if (extra->kind != Kind::kList) corrupt(std::string(kIntKeysAttribute) + " is not a list");
+    for (const PickleValue* pair : extra->items) {
+      if (pair->kind != Kind::kTuple || pair->items.size() != 2 || pair->items[1]->kind != Kind::kList) {
+        corrupt(std::string(kIntKeysAttribute) + " holds an entry that is not (path, [keys])");
+      }
+      IntKeys map;
+      const PickleValue* path = pair->items[0];
+      if (path->kind != Kind::kTuple || !path->items.empty()) map.map = path_of(path, std::string(kIntKeysAttribute));
+      for (const PickleValue* key : pair->items[1]->items) {
+        map.keys.push_back(integer(key, std::string(kIntKeysAttribute) + " key", {}));
+      }
+      metadata.int_keys.push_back(std::move(map));
+    }
+  }
+
   std::set<std::string> seen;
   for (size_t i = 0; i + 1 < items->items.size(); i += 2) {
     std::string fqn = text(items->items[i], "a key of state_dict_metadata", {});

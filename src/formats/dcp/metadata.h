@@ -43,8 +43,16 @@ struct Item {
   StorageLocation location;       // bytes: the torch.save'd object
 };
 
+// A map whose integer keys DCP stored as strings (ckpt's extra attribute,
+// layout.h kIntKeysAttribute).
+struct IntKeys {
+  KeyPath map;  // as planner_data spells paths
+  std::vector<int64_t> keys;
+};
+
 struct DcpMetadata {
   std::vector<Item> items;
+  std::vector<IntKeys> int_keys;  // empty unless ckpt wrote the checkpoint
   std::string version;  // Metadata.version ("1.0.0"); empty before torch 2.4
 };
 

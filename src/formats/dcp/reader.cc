@@ -1,6 +1,9 @@
 #include "formats/dcp/reader.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
+#include <tuple>
 #include <memory>
 
 #include "ckpt/error.h"
@@ -69,7 +72,17 @@ bool covers_whole(const Chunk& chunk, const Shape& size) {
   return true;
 }
 
-Tensor chunk_tensor(DataFiles& files, const Item& item, const Chunk& chunk, const LoadOptions& options) {
+// The chunks read so far by where they lie: two items at one location (tied
+// weights, as ckpt's writer stores them) share one tensor.
+using ChunkCache = std::map<std::tuple<std::string, uint64_t, uint64_t>, Tensor>;
+
+Tensor chunk_tensor(DataFiles& files, const Item& item, const Chunk& chunk, const LoadOptions& options,
+                    ChunkCache& cache) {
+  const auto key = std::make_tuple(chunk.location.relative_path, chunk.location.offset, chunk.location.length);
+  if (auto found = cache.find(key); found != cache.end() && found->second.dtype() == item.dtype &&
+                                    found->second.shape() == chunk.sizes) {
+    return found->second;
+  }
   Contents contents = read_item(files, chunk.location, item.fqn, options);
   const fs::path path = files.file_of(chunk.location, item.fqn)->path();
   if (!contents.tree.is_tensor()) {
@@ -88,12 +101,13 @@ Tensor chunk_tensor(DataFiles& files, const Item& item, const Chunk& chunk, cons
                 shape_text(chunk.sizes),
             item.fqn, path, chunk.location.offset);
   }
+  cache.emplace(key, tensor);
   return tensor;
 }
 
-Tensor assemble(DataFiles& files, const Item& item, const LoadOptions& options) {
+Tensor assemble(DataFiles& files, const Item& item, const LoadOptions& options, ChunkCache& cache) {
   if (item.chunks.size() == 1 && covers_whole(item.chunks.front(), item.size)) {
-    return chunk_tensor(files, item, item.chunks.front(), options);
+    return chunk_tensor(files, item, item.chunks.front(), options, cache);
   }
   throw Error(ErrorCode::kUnsupported, "tensors of several chunks need ckpt/box.h", {.entry = item.fqn});
 }
@@ -133,6 +147,30 @@ void insert(Tree& root, const KeyPath& path, Tree value, const std::string& fqn)
   }
 }
 
+// Gives the maps that ckpt recorded (metadata.int_keys) their integer keys
+// back, deepest first so that the paths of the others still hold strings.
+void restore_int_keys(Tree& root, std::vector<IntKeys> maps) {
+  std::stable_sort(maps.begin(), maps.end(),
+                   [](const IntKeys& a, const IntKeys& b) { return a.map.size() > b.map.size(); });
+  for (const IntKeys& map : maps) {
+    Tree* node = root.find_key_path(map.map);
+    if (node == nullptr || !node->is_map()) continue;  // an item the reader was not asked for
+    std::set<std::string> keys;
+    for (int64_t key : map.keys) keys.insert(std::to_string(key));
+    Tree out = Tree::map();
+    out.reserve(node->size());
+    for (const TreeEntry& entry : node->entries()) {
+      const std::string* text = std::get_if<std::string>(&entry.key);
+      if (text != nullptr && keys.contains(*text)) {
+        out.set(Key(std::stoll(*text)), entry.value);
+      } else {
+        out.set(entry.key, entry.value);
+      }
+    }
+    *node = std::move(out);
+  }
+}
+
 Contents read_once(const fs::path& path, const LoadOptions& options) {
   const fs::path metadata_path = path / kMetadataFile;
   DcpMetadata metadata;
@@ -145,18 +183,20 @@ Contents read_once(const fs::path& path, const LoadOptions& options) {
     }
   }
   DataFiles files(path);
+  ChunkCache cache;
   Contents contents;
   contents.format = "dcp";
   contents.tree = Tree::map();
   for (const Item& item : metadata.items) {
     Tree value;
     if (item.tensor) {
-      value = Tree(assemble(files, item, options));
+      value = Tree(assemble(files, item, options, cache));
     } else {
       value = std::move(read_item(files, item.location, item.fqn, options).tree);
     }
     insert(contents.tree, item.path, std::move(value), item.fqn);
   }
+  restore_int_keys(contents.tree, metadata.int_keys);
   for (Tree::Leaf& leaf : contents.tree.tensor_leaves()) {
     const Tensor& tensor = leaf.value->tensor();
     contents.entries.push_back(

@@ -1,5 +1,6 @@
 #include "formats/dcp/writer.h"
 
+#include <algorithm>
 #include <set>
 
 #include "ckpt/error.h"
@@ -42,8 +43,17 @@ bool is_terminal(const Tree& node) {
   return true;
 }
 
-void flatten(const Tree& node, KeyPath& path, std::vector<OutItem>& out) {
-  if (!path.empty() && is_terminal(node)) {
+// The maps whose keys include integers (which DCP's str(key) makes strings):
+// the map's path (as planner_data writes paths) and those keys.
+struct IntKeys {
+  KeyPath map;
+  std::vector<int64_t> keys;
+};
+
+void flatten(const Tree& node, KeyPath& path, std::vector<OutItem>& out, std::vector<IntKeys>& int_keys) {
+  // An empty map would hold no item (DCP drops it); ckpt writes it as a
+  // bytes item holding {} so that it comes back.
+  if (!path.empty() && (is_terminal(node) || (node.is_map() && node.size() == 0))) {
     std::string fqn;
     for (const Key& key : path) {
       fqn += fqn.empty() ? "" : ".";
@@ -52,14 +62,34 @@ void flatten(const Tree& node, KeyPath& path, std::vector<OutItem>& out) {
     out.push_back({.fqn = std::move(fqn), .path = path, .value = &node});
     return;
   }
+  IntKeys here{.map = path};
   for (const TreeEntry& entry : node.entries()) {
     // DCP keys dict entries by str(key); list positions stay integers.
-    Key key = node.is_map() && std::holds_alternative<int64_t>(entry.key)
-                  ? Key(std::to_string(std::get<int64_t>(entry.key)))
-                  : entry.key;
+    Key key = entry.key;
+    if (node.is_map() && std::holds_alternative<int64_t>(entry.key)) {
+      here.keys.push_back(std::get<int64_t>(entry.key));
+      key = std::to_string(std::get<int64_t>(entry.key));
+    }
     path.push_back(std::move(key));
-    flatten(entry.value, path, out);
+    flatten(entry.value, path, out, int_keys);
     path.pop_back();
+  }
+  if (!here.keys.empty()) int_keys.push_back(std::move(here));
+}
+
+void key_path(PickleWriter& out, const KeyPath& path) {
+  if (path.size() > 3) out.mark();
+  for (const Key& key : path) {
+    if (std::holds_alternative<int64_t>(key)) {
+      out.integer(std::get<int64_t>(key));
+    } else {
+      out.str(std::get<std::string>(key));
+    }
+  }
+  if (path.empty()) {
+    out.empty_tuple();
+  } else {
+    out.tuple(path.size());
   }
 }
 
@@ -126,7 +156,7 @@ void tensor_metadata(PickleWriter& out, const Tensor& tensor) {
   out.build();
 }
 
-std::string metadata_pickle(const std::vector<OutItem>& items, const fs::path& path) {
+std::string metadata_pickle(const std::vector<OutItem>& items, const std::vector<IntKeys>& int_keys, bool extras) {
   PickleWriter out;
   new_object(out, kMetadataModule, "Metadata");
   out.empty_dict();
@@ -150,15 +180,7 @@ std::string metadata_pickle(const std::vector<OutItem>& items, const fs::path& p
   out.mark();
   for (const OutItem& item : items) {
     out.str(item.fqn);
-    if (item.path.size() > 3) out.mark();
-    for (const Key& key : item.path) {
-      if (std::holds_alternative<int64_t>(key)) {
-        out.integer(std::get<int64_t>(key));
-      } else {
-        out.str(std::get<std::string>(key));
-      }
-    }
-    out.tuple(item.path.size());
+    key_path(out, item.path);
   }
   out.setitems();
 
@@ -204,8 +226,10 @@ std::string metadata_pickle(const std::vector<OutItem>& items, const fs::path& p
   new_object(out, kMetadataModule, "StorageMeta");
   out.empty_dict();
   out.mark();
+  // No checkpoint_id or save_id: the same tree saves to the same bytes
+  // wherever it goes (torch fills in its path and a uuid; load needs neither).
   out.str("checkpoint_id");
-  out.str(path.string());
+  out.none();
   out.str("save_id");
   out.none();
   out.str("load_id");
@@ -217,6 +241,22 @@ std::string metadata_pickle(const std::vector<OutItem>& items, const fs::path& p
 
   out.str("version");
   out.str(kDcpVersion);
+  if (extras && !int_keys.empty()) {
+    // ckpt's extra attribute (torch keeps it in the object's __dict__ and
+    // reads nothing from it): the maps whose integer keys DCP made strings.
+    out.str(kIntKeysAttribute);
+    out.empty_list();
+    out.mark();
+    for (const IntKeys& map : int_keys) {
+      key_path(out, map.map);
+      out.empty_list();
+      out.mark();
+      for (int64_t key : map.keys) out.integer(key);
+      out.appends();
+      out.tuple(2);
+    }
+    out.appends();
+  }
   out.setitems();
   out.build();
   return out.finish();
@@ -237,8 +277,9 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
     throw Error(ErrorCode::kInvalidArgument, "a DCP checkpoint holds a state dict: the tree must be a map");
   }
   std::vector<OutItem> items;
-  KeyPath key_path;
-  flatten(tree, key_path, items);
+  std::vector<IntKeys> int_keys;
+  KeyPath root;
+  flatten(tree, root, items, int_keys);
   std::set<std::string_view> names;
   for (const OutItem& item : items) {
     if (!names.insert(item.fqn).second) {
@@ -259,7 +300,21 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
     // and appended to it.
     const fs::path archive = directory.path() / "archive.pt";
     uint64_t offset = 0;
-    for (OutItem& item : items) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      OutItem& item = items[i];
+      // A tensor that views the very bytes of an earlier one (tied
+      // weights) points at that one's archive: stored once, read tied.
+      if (item.value->is_tensor()) {
+        const Tensor& tensor = item.value->tensor();
+        const auto tied = std::find_if(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(i), [&](const OutItem& other) {
+          return other.value->is_tensor() && other.value->tensor().same_memory(tensor) &&
+                 other.value->tensor().dtype() == tensor.dtype() && other.value->tensor().shape() == tensor.shape();
+        });
+        if (tied != items.begin() + static_cast<std::ptrdiff_t>(i)) {
+          item.location = tied->location;
+          continue;
+        }
+      }
       try {
         torch_detail::write_file(archive, *item.value, {.extras = false, .fsync = false, .threads = options.threads});
       } catch (Error& error) {
@@ -275,7 +330,7 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
     data.commit({.sync_directory = false});
   }
   {
-    const std::string pickle = metadata_pickle(items, path);
+    const std::string pickle = metadata_pickle(items, int_keys, options.extras);
     detail::AtomicFile metadata(directory.path() / kMetadataFile, {.fsync = options.fsync});
     metadata.write_at(std::as_bytes(std::span(pickle)), 0);
     metadata.commit({.sync_directory = false});
