@@ -43,6 +43,9 @@ struct Spec {
   // A global called in storage_meta.modules (the code-execution payload).
   std::string evil_module, evil_name;
   bool root_is_dict = false;                 // the pickle is a plain dict, not Metadata
+  // A second chunk of chunk_sizes at these offsets, stored in the same
+  // archive as the first (both hold [1, 2, 3, 4]).
+  std::vector<int64_t> second_chunk;
 };
 
 Pkl& newobj(Pkl& p, std::string_view module, std::string_view name) {
@@ -87,6 +90,14 @@ std::string metadata_pickle(const Spec& s, int64_t tensor_offset, int64_t tensor
   p.str("sizes");
   size_value(p, s.chunk_sizes);
   p.setitems().build().append();
+  if (!s.second_chunk.empty()) {
+    newobj(p, kMeta, "ChunkStorageMetadata").empty_dict().mark();
+    p.str("offsets");
+    size_value(p, s.second_chunk);
+    p.str("sizes");
+    size_value(p, s.chunk_sizes);
+    p.setitems().build().append();
+  }
   p.setitems().build();
   p.str("epoch");
   newobj(p, kMeta, "BytesStorageMetadata");
@@ -107,6 +118,13 @@ std::string metadata_pickle(const Spec& s, int64_t tensor_offset, int64_t tensor
   size_value(p, s.index_offsets);
   p.str("index").integer(0).setitems().build();
   storage_info(p, s.relative_path, tensor_offset, tensor_length, s.transforms);
+  if (!s.second_chunk.empty()) {
+    newobj(p, kMeta, "MetadataIndex").empty_dict().mark();
+    p.str("fqn").str("model.w").str("offset");
+    size_value(p, s.second_chunk);
+    p.str("index").integer(1).setitems().build();
+    storage_info(p, s.relative_path, tensor_offset, tensor_length, s.transforms);
+  }
   if (s.bytes_storage) {
     newobj(p, kMeta, "MetadataIndex").empty_dict().mark();
     p.str("fqn").str("epoch").str("offset").none().str("index").none().setitems().build();
@@ -177,6 +195,19 @@ TEST(DcpTest, ReadsHandBuiltCheckpoint) {
   EXPECT_TRUE(contents.tree.find("model")->is_map());
   ASSERT_EQ(contents.entries.size(), 1u);
   EXPECT_EQ(contents.entries[0].name, "model.w");
+}
+
+TEST(DcpTest, ChunksAssembleAndBoxesReadTheirPart) {
+  testing::TempDir temp;
+  const fs::path dir = build(temp.path(), {.size = {8}, .second_chunk = {4}});
+  const Tree whole = load(dir);
+  EXPECT_EQ(whole.at("model.w").tensor().shape(), (Shape{8}));
+  EXPECT_EQ(bytes_of(whole.at("model.w").tensor()), f32_bytes({1, 2, 3, 4, 1, 2, 3, 4}));
+  // A "rank" that asks for elements 2..6 gets them from both chunks.
+  const Tree part = load(dir, {.boxes = {{"model.w", Box{{2}, {4}}}}});
+  EXPECT_EQ(part.at("model.w").tensor().shape(), (Shape{4}));
+  EXPECT_EQ(bytes_of(part.at("model.w").tensor()), f32_bytes({3, 4, 1, 2}));
+  EXPECT_EQ(part.at("epoch").integer(), 7);
 }
 
 TEST(DcpTest, WriterRoundTrips) {
@@ -261,6 +292,8 @@ TEST(DcpTest, MalformedOneDefectAtATime) {
   add("transforms", [](Spec& s) { s.transforms = {"zstd"}; }, ErrorCode::kUnsupported, "transforms");
   add("duplicate fqn", [](Spec& s) { s.duplicate_fqn = "epoch"; }, ErrorCode::kCorrupt, "twice");
   add("unknown dtype", [](Spec& s) { s.dtype = "not_a_dtype"; }, ErrorCode::kUnsupported, "torch.not_a_dtype");
+  add("chunks overlap", [](Spec& s) { s.size = {6}; s.second_chunk = {2}; }, ErrorCode::kCorrupt, "overlap");
+  add("chunks leave a hole", [](Spec& s) { s.size = {9}; s.second_chunk = {4}; }, ErrorCode::kCorrupt, "uncovered");
   for (const Case& c : cases) {
     const Error error = load_error(c.spec);
     EXPECT_EQ(error.code(), c.code) << c.what << ": " << error.what();

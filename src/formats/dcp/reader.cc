@@ -6,6 +6,7 @@
 #include <tuple>
 #include <memory>
 
+#include "ckpt/box.h"
 #include "ckpt/error.h"
 #include "core/text.h"
 #include "formats/dcp/layout.h"
@@ -65,13 +66,6 @@ Contents read_item(DataFiles& files, const StorageLocation& location, const std:
   }
 }
 
-bool covers_whole(const Chunk& chunk, const Shape& size) {
-  for (size_t d = 0; d < size.size(); ++d) {
-    if (chunk.offsets[d] != 0 || chunk.sizes[d] != size[d]) return false;
-  }
-  return true;
-}
-
 // The chunks read so far by where they lie: two items at one location (tied
 // weights, as ckpt's writer stores them) share one tensor.
 using ChunkCache = std::map<std::tuple<std::string, uint64_t, uint64_t>, Tensor>;
@@ -105,11 +99,17 @@ Tensor chunk_tensor(DataFiles& files, const Item& item, const Chunk& chunk, cons
   return tensor;
 }
 
+// The global tensor of `item`: its chunks as the pieces of one deferred
+// tensor (ckpt/box.h), so that nothing is read before it is used and a box
+// of it reads only the chunks it overlaps.
 Tensor assemble(DataFiles& files, const Item& item, const LoadOptions& options, ChunkCache& cache) {
-  if (item.chunks.size() == 1 && covers_whole(item.chunks.front(), item.size)) {
-    return chunk_tensor(files, item, item.chunks.front(), options, cache);
+  std::vector<Piece> pieces;
+  pieces.reserve(item.chunks.size());
+  for (const Chunk& chunk : item.chunks) {
+    pieces.push_back({.box = {.offsets = chunk.offsets, .sizes = chunk.sizes},
+                      .data = chunk_tensor(files, item, chunk, options, cache)});
   }
-  throw Error(ErrorCode::kUnsupported, "tensors of several chunks need ckpt/box.h", {.entry = item.fqn});
+  return pieced_tensor(item.dtype, item.size, std::move(pieces), {.entry = item.fqn});
 }
 
 // Puts `value` at `path` below `root`, making the maps (string keys) and
