@@ -101,7 +101,7 @@ def flatten(tree, prefix=""):
 def same(a, b):
     """Bit-exact equality of two tensors (dtype, shape, bytes)."""
     assert a.dtype == b.dtype and tuple(a.shape) == tuple(b.shape)
-    assert a.contiguous().view(torch.uint8).flatten().tolist() == b.contiguous().view(torch.uint8).flatten().tolist()
+    assert a.contiguous().reshape(-1).view(torch.uint8).tolist() == b.contiguous().reshape(-1).view(torch.uint8).tolist()
 
 
 def test_reads_two_rank_checkpoint_whole(dcp_dir):
@@ -141,7 +141,7 @@ def test_convert_matches_dcp_to_torch_save(dcp_dir, run, tmp_path):
     for name, value in ref_tensors.items():
         _, shape, data = tensors[name]
         assert list(shape) == list(value.shape), name
-        assert data == value.contiguous().view(torch.uint8).numpy().tobytes(), name
+        assert data == value.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes(), name
     # And the non-tensor values through ckpt's own reading of its output.
     back = flatten(ckpt.load(tmp_path / "out.safetensors", framework="torch"))
     for name, value in reference.items():
