@@ -46,6 +46,7 @@ struct Spec {
   // A second chunk of chunk_sizes at these offsets, stored in the same
   // archive as the first (both hold [1, 2, 3, 4]).
   std::vector<int64_t> second_chunk;
+  bool evil_bytes_item = false;  // the bytes item's archive calls os.system
 };
 
 Pkl& newobj(Pkl& p, std::string_view module, std::string_view name) {
@@ -149,12 +150,16 @@ std::string tensor_archive() {
   return testing::torch_zip(testing::pickle_of(body), {{"0", f32_bytes({1, 2, 3, 4})}}).bytes;
 }
 std::string int_archive() { return testing::torch_zip(Pkl(2).integer(7).stop().bytes(), {}).bytes; }
+std::string evil_archive() {
+  return testing::torch_zip(Pkl(2).global("os", "system").str("echo pwned").tuple1().reduce().stop().bytes(), {})
+      .bytes;
+}
 
 fs::path build(const fs::path& root, const Spec& s = {}) {
   const fs::path dir = root / "dcp";
   fs::create_directories(dir);
   const std::string tensor = tensor_archive();
-  const std::string value = int_archive();
+  const std::string value = s.evil_bytes_item ? evil_archive() : int_archive();
   testing::write_file(dir / "__0_0.distcp", tensor + value);
   const int64_t tensor_length = s.tensor_length.value_or(static_cast<int64_t>(tensor.size()));
   testing::write_file(dir / ".metadata",
@@ -292,6 +297,7 @@ TEST(DcpTest, MalformedOneDefectAtATime) {
   add("transforms", [](Spec& s) { s.transforms = {"zstd"}; }, ErrorCode::kUnsupported, "transforms");
   add("duplicate fqn", [](Spec& s) { s.duplicate_fqn = "epoch"; }, ErrorCode::kCorrupt, "twice");
   add("unknown dtype", [](Spec& s) { s.dtype = "not_a_dtype"; }, ErrorCode::kUnsupported, "torch.not_a_dtype");
+  add("bytes item runs code", [](Spec& s) { s.evil_bytes_item = true; }, ErrorCode::kUnsupported, "os.system");
   add("chunks overlap", [](Spec& s) { s.size = {6}; s.second_chunk = {2}; }, ErrorCode::kCorrupt, "overlap");
   add("chunks leave a hole", [](Spec& s) { s.size = {9}; s.second_chunk = {4}; }, ErrorCode::kCorrupt, "uncovered");
   for (const Case& c : cases) {
