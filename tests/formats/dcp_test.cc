@@ -307,6 +307,26 @@ TEST(DcpTest, MalformedOneDefectAtATime) {
   }
 }
 
+TEST(DcpTest, VerifyChecksTheItemsRecords) {
+  testing::TempDir temp;
+  const fs::path dir = build(temp.path());
+  std::string data = testing::read_file(dir / "__0_0.distcp");
+  const std::string floats = f32_bytes({1, 2, 3, 4});
+  const size_t at = data.find(floats);
+  ASSERT_NE(at, std::string::npos);
+  data[at] = static_cast<char>(data[at] ^ 0x40);
+  testing::write_file(dir / "__0_0.distcp", data);
+  EXPECT_NO_THROW(load(dir));  // a lazy load reads no bytes to check
+  try {
+    load(dir, {.verify = true});
+    ADD_FAILURE() << "verify passed";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
+    EXPECT_NE(std::string(error.what()).find("CRC-32"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("model.w"), std::string::npos) << error.what();
+  }
+}
+
 TEST(DcpTest, TruncatedMetadataIsCorrupt) {
   testing::TempDir temp;
   const fs::path dir = build(temp.path());

@@ -60,8 +60,10 @@ Contents read_item(DataFiles& files, const StorageLocation& location, const std:
     return torch_detail::read_embedded(file, location.offset, location.length, {.verify = options.verify});
   } catch (Error& error) {
     // Inside the archive, offsets count from its start: say where it is.
+    const std::string record = error.context().entry.empty() ? "" : ", record " + detail::quoted(error.context().entry);
     throw Error(error.code(),
-                error.message() + " (in the torch.save archive at offset " + std::to_string(location.offset) + ")",
+                error.message() + " (in the torch.save archive at offset " + std::to_string(location.offset) + record +
+                    ")",
                 {.path = file->path(), .entry = fqn, .offset = error.context().offset});
   }
 }
