@@ -9,7 +9,6 @@
 #include "formats/torch/writer.h"
 #include "io/atomic_directory.h"
 #include "io/atomic_file.h"
-#include "io/mapped_file.h"
 
 namespace fs = std::filesystem;
 
@@ -295,10 +294,9 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
   detail::AtomicDirectory directory(path, {.fsync = options.fsync, .files_synced = options.fsync});
   {
     detail::AtomicFile data(directory.path() / kWriterDataFile, {.fsync = options.fsync});
-    // Each item is a torch.save archive (torch.save of a stream names its
-    // folder "archive/"), written by the torch writer beside the data file
-    // and appended to it.
-    const fs::path archive = directory.path() / "archive.pt";
+    // Each item is a torch.save archive (torch.save into a stream names its
+    // folder "archive/"), written by the torch writer straight into the
+    // data file, one after the other.
     uint64_t offset = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       OutItem& item = items[i];
@@ -306,27 +304,26 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
       // weights) points at that one's archive: stored once, read tied.
       if (item.value->is_tensor()) {
         const Tensor& tensor = item.value->tensor();
-        const auto tied = std::find_if(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(i), [&](const OutItem& other) {
+        const auto end = items.begin() + static_cast<std::ptrdiff_t>(i);
+        const auto tied = std::find_if(items.begin(), end, [&](const OutItem& other) {
           return other.value->is_tensor() && other.value->tensor().same_memory(tensor) &&
                  other.value->tensor().dtype() == tensor.dtype() && other.value->tensor().shape() == tensor.shape();
         });
-        if (tied != items.begin() + static_cast<std::ptrdiff_t>(i)) {
+        if (tied != end) {
           item.location = tied->location;
           continue;
         }
       }
+      uint64_t length = 0;
       try {
-        torch_detail::write_file(archive, *item.value, {.extras = false, .fsync = false, .threads = options.threads});
+        length = torch_detail::write_archive(data, offset, *item.value, "archive",
+                                             {.extras = false, .threads = options.threads});
       } catch (Error& error) {
         throw error.with_entry(item.fqn);
       }
-      std::shared_ptr<const detail::MappedFile> bytes = detail::MappedFile::open(archive);
-      data.write_at(bytes->bytes(), offset);
-      item.location = {.offset = offset, .length = bytes->size()};
-      offset += bytes->size();
+      item.location = {.offset = offset, .length = length};
+      offset += length;
     }
-    std::error_code ignored;
-    fs::remove(archive, ignored);
     data.commit({.sync_directory = false});
   }
   {
