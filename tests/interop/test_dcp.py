@@ -35,6 +35,7 @@ def global_state():
             "b": torch.arange(6, dtype=torch.int64).to(torch.bfloat16),
             "sharded": torch.randn(SHARDED_ROWS, 4, generator=g),
             "counts": torch.arange(12, dtype=torch.int32).reshape(3, 4),
+            "cols": torch.randn(3, 7, generator=g).to(torch.float64),
         },
         "optim": {
             "state": {0: {"step": 3, "exp_avg": torch.randn(4, generator=g)}},
@@ -56,6 +57,7 @@ def _worker(rank, world, port, out):
         mesh = init_device_mesh("cpu", (world,))
         state = global_state()
         state["model"]["sharded"] = distribute_tensor(state["model"]["sharded"], mesh, [Shard(0)])
+        state["model"]["cols"] = distribute_tensor(state["model"]["cols"], mesh, [Shard(1)])
         dcp.save(state, checkpoint_id=out)
     finally:
         dist.destroy_process_group()
@@ -157,10 +159,15 @@ def _boxes_supported():
 def test_three_ranks_read_their_thirds(dcp_dir):
     full = global_state()["model"]["sharded"]
     rows = [(0, 3), (3, 6), (6, 9)]
-    for start, stop in rows:
+    cols = global_state()["model"]["cols"]
+    col_ranges = [(0, 3), (3, 5), (5, 7)]  # each rank's third of the 7 columns saved as 4 + 3
+    for (start, stop), (c0, c1) in zip(rows, col_ranges):
         state = ckpt.load(dcp_dir, framework="torch",
-                          boxes={"model.sharded": ([start, 0], [stop - start, 4])})
+                          boxes={"model.sharded": ([start, 0], [stop - start, 4]),
+                                 "model.cols": ([0, c0], [3, c1 - c0])})
         same(state["model"]["sharded"], full[start:stop])
+        same(state["model"]["cols"], cols[:, c0:c1])
+        same(state["model"]["w"], global_state()["model"]["w"])  # leaves without a box come whole
 
 
 def test_ckpt_written_dcp_loads_in_torch(tmp_path):

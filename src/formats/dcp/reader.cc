@@ -59,12 +59,15 @@ Contents read_item(DataFiles& files, const StorageLocation& location, const std:
   try {
     return torch_detail::read_embedded(file, location.offset, location.length, {.verify = options.verify});
   } catch (Error& error) {
-    // Inside the archive, offsets count from its start: say where it is.
+    // Inside the archive, offsets count from its start: say where it is, and
+    // give the byte's offset in the file.
+    const std::optional<uint64_t> inner = error.context().offset;
     const std::string record = error.context().entry.empty() ? "" : ", record " + detail::quoted(error.context().entry);
     throw Error(error.code(),
                 error.message() + " (in the torch.save archive at offset " + std::to_string(location.offset) + record +
                     ")",
-                {.path = file->path(), .entry = fqn, .offset = error.context().offset});
+                {.path = file->path(), .entry = fqn,
+                 .offset = inner ? std::optional<uint64_t>(location.offset + *inner) : std::nullopt});
   }
 }
 
