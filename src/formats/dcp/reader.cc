@@ -1,10 +1,15 @@
+// Reading DCP directories: `.metadata` parsed (metadata.cc), each item's
+// torch.save archive read in place by the torch reader, chunks made the
+// pieces of one tensor, the nested tree rebuilt from planner_data.
+
 #include "formats/dcp/reader.h"
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <tuple>
-#include <memory>
 
 #include "ckpt/box.h"
 #include "ckpt/error.h"

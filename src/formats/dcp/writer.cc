@@ -1,3 +1,7 @@
+// Writing DCP directories as one process of torch.distributed.checkpoint
+// .save writes them: the tree flattened as DCP flattens it, every item a
+// torch.save archive in __0_0.distcp, the Metadata pickle.
+
 #include "formats/dcp/writer.h"
 
 #include <algorithm>
