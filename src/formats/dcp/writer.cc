@@ -4,8 +4,9 @@
 
 #include "formats/dcp/writer.h"
 
-#include <algorithm>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "ckpt/error.h"
 #include "formats/dcp/layout.h"
@@ -302,20 +303,24 @@ void write_checkpoint(const fs::path& path, const Tree& tree, const SaveOptions&
     // folder "archive/"), written by the torch writer straight into the
     // data file, one after the other.
     uint64_t offset = 0;
+    // Tensors by the bytes they view (address, size): one that views the
+    // very bytes of an earlier one (tied weights) points at that one's
+    // archive, stored once and read back tied. Deferred tensors (no address
+    // yet) are each stored on their own.
+    std::map<std::pair<const std::byte*, uint64_t>, size_t> stored;
     for (size_t i = 0; i < items.size(); ++i) {
       OutItem& item = items[i];
-      // A tensor that views the very bytes of an earlier one (tied
-      // weights) points at that one's archive: stored once, read tied.
       if (item.value->is_tensor()) {
         const Tensor& tensor = item.value->tensor();
-        const auto end = items.begin() + static_cast<std::ptrdiff_t>(i);
-        const auto tied = std::find_if(items.begin(), end, [&](const OutItem& other) {
-          return other.value->is_tensor() && other.value->tensor().same_memory(tensor) &&
-                 other.value->tensor().dtype() == tensor.dtype() && other.value->tensor().shape() == tensor.shape();
-        });
-        if (tied != end) {
-          item.location = tied->location;
-          continue;
+        const std::byte* address = tensor.buffer().address();
+        if (address != nullptr && tensor.nbytes() != 0) {
+          const auto [found, fresh] = stored.emplace(std::make_pair(address, tensor.nbytes()), i);
+          const Tensor& earlier = items[found->second].value->tensor();
+          if (!fresh && earlier.same_memory(tensor) && earlier.dtype() == tensor.dtype() &&
+              earlier.shape() == tensor.shape()) {
+            item.location = items[found->second].location;
+            continue;
+          }
         }
       }
       uint64_t length = 0;
