@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ckpt/error.h"
+#include "formats/dcp/format.h"
 #include "formats/flax/format.h"
 #include "formats/numpy/format.h"
 #include "formats/orbax/format.h"
@@ -24,6 +25,7 @@ std::span<const Format* const> formats() {
       &tf_format(),
       &flax_format(),
       &orbax_format(),
+      &dcp_format(),
   };
   return kFormats;
 }

@@ -27,7 +27,8 @@ inline void PrintTo(const CrashTarget& target, std::ostream* out) { *out << targ
 
 inline std::vector<CrashTarget> crash_targets() {
   return {{"safetensors", "model.safetensors"}, {"torch", "model.pt"}, {"npz", "model.npz"},
-          {"tf", "model.ckpt"},                 {"flax", "model.msgpack"}, {"orbax", "orbax_state"}};
+          {"tf", "model.ckpt"},                 {"flax", "model.msgpack"}, {"orbax", "orbax_state"},
+          {"dcp", "dcp_state"}};
 }
 
 // State `step`: "step" holds the number; "weights" (`elements` float32) and

@@ -76,6 +76,11 @@ PickleValue* Machine::make_global(std::string_view module, std::string_view name
   std::optional<GlobalInfo> info = resolve_global(module, name);
   const std::string full = std::string(module) + "." + std::string(name);
   if (!info) {
+    for (std::string_view plain : options_.plain_classes) {
+      if (plain == full) info = GlobalInfo{Global::kPlainClass};
+    }
+  }
+  if (!info) {
     if (std::optional<std::string> why = unsupported_torch_global(module, name)) {
       fail(*why + " (" + detail::quoted(full) + ")", ErrorCode::kUnsupported);
     }
@@ -197,6 +202,13 @@ PickleValue* Machine::call(PickleValue* callable, PickleValue* args) {
       if (items[1]->text.ends_with("Parameter")) result_.tensors[static_cast<size_t>(tensor->integer)].parameter = true;
       return tensor;
     }
+    case Global::kPlainClass: {
+      if (args->kind != Kind::kTuple) fail(callable->text + ": arguments are not a tuple");
+      PickleValue* object = make(Kind::kObject);
+      object->text = callable->text;
+      object->items.push_back(args);
+      return object;
+    }
     case Global::kTensorType:
     case Global::kStorageType:
     case Global::kDType: fail("call of " + detail::quoted(callable->text) + " is not supported", ErrorCode::kUnsupported);
@@ -272,6 +284,11 @@ void Machine::build(PickleValue* target, PickleValue* state) {
   // state; it is accepted and not kept. Nothing else has state.
   if (target->kind == Kind::kDict && (state->kind == Kind::kDict || state->kind == Kind::kNone)) return;
   if (target->kind == Kind::kTensor && state->kind == Kind::kNone) return;
+  if (target->kind == Kind::kObject) {
+    if (target->items.size() != 1) fail("BUILD of " + detail::quoted(target->text) + " twice");
+    target->items.push_back(state);
+    return;
+  }
   fail("BUILD (object state) is only accepted on dicts", ErrorCode::kUnsupported);
 }
 

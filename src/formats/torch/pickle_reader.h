@@ -45,6 +45,7 @@ enum class Global : uint8_t {
   kLayout,            // torch.serialization._get_layout("torch.strided")
   kStorageType,       // torch.FloatStorage, ..., torch.UntypedStorage
   kDType,             // torch.float32, ...
+  kPlainClass,        // a class of UnpickleOptions::plain_classes
 };
 
 // A storage the pickle refers to by persistent id.
@@ -115,6 +116,7 @@ struct PickleValue {
   enum class Kind : uint8_t {
     kNone, kBool, kInt, kBigInt, kFloat, kStr, kBytes,
     kTuple, kList, kDict, kSet, kGlobal, kStorage, kTensor,
+    kObject,  // an instance of a plain class (UnpickleOptions::plain_classes)
   };
   Kind kind = Kind::kNone;
   bool flag = false;          // bool's value; a dict that is an OrderedDict
@@ -124,8 +126,11 @@ struct PickleValue {
   int64_t integer = 0;        // kInt; kStorage/kTensor: index into storages/tensors
   uint64_t view_offset = 0;   // kStorage: legacy storage view, in elements
   double real = 0;            // kFloat
-  std::string text;           // kStr (UTF-8), kBytes, kBigInt (little-endian two's complement), kGlobal name
-  ItemList items;             // tuple/list/set; dict: key, value, key, value, ...
+  std::string text;           // kStr (UTF-8), kBytes, kBigInt (little-endian two's complement), kGlobal name;
+                              // kObject: its class as module.name
+  ItemList items;             // tuple/list/set; dict: key, value, key, value, ...;
+                              // kObject: its constructor's arguments (a tuple), then its BUILD state
+                              // (the argument of BUILD, as is: a dict, a tuple, ...) if it had one
 };
 
 struct UnpickleOptions {
@@ -133,6 +138,14 @@ struct UnpickleOptions {
   uint64_t file_offset = 0;
   // Persistent ids of the legacy format carry a sixth field (view metadata).
   bool legacy = false;
+  // Qualified names ("module.name") of classes that the caller's format
+  // knows as plain records of data (PyTorch DCP's metadata dataclasses),
+  // allowed besides resolve_global()'s list. Calling one (REDUCE, NEWOBJ)
+  // makes a kObject that keeps the class name and the arguments; BUILD
+  // attaches its state once. Nothing is imported or called; the caller
+  // interprets the objects. Not consulted by pickle_to_tree(), which
+  // refuses kObject as "not data".
+  std::span<const std::string_view> plain_classes;
 };
 
 // What a pickle held. Owns every object it made.

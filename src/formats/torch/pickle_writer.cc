@@ -144,6 +144,8 @@ void PickleWriter::empty_dict() { out_.push_back('}'); }
 void PickleWriter::setitems() { out_.push_back('u'); }
 void PickleWriter::reduce() { out_.push_back('R'); }
 void PickleWriter::binpersid() { out_.push_back('Q'); }
+void PickleWriter::newobj() { out_.push_back(static_cast<char>(0x81)); }
+void PickleWriter::build() { out_.push_back('b'); }
 
 std::string PickleWriter::finish() {
   out_.push_back('.');

@@ -43,6 +43,10 @@ class PickleWriter {
   void setitems();  // SETITEMS down to the last mark
   void reduce();
   void binpersid();
+  // NEWOBJ: cls.__new__(cls, *args) of the class and the argument tuple below.
+  void newobj();
+  // BUILD: the object below gets the state on top (its __dict__ or __setstate__).
+  void build();
 
   // STOP, and the bytes.
   std::string finish();

@@ -105,6 +105,7 @@ class TreeBuilder {
       case Kind::kBigInt: throw Error(ErrorCode::kUnsupported, "integer wider than 64 bits");
       case Kind::kTensor: charge(kTensorCost); return Tree(tensor_of_(static_cast<uint32_t>(object->integer)));
       case Kind::kStorage: throw Error(ErrorCode::kUnsupported, "a bare storage (not a tensor) is not supported");
+      case Kind::kObject: throw Error(ErrorCode::kUnsupported, "value " + detail::quoted(object->text) + " is not data");
       case Kind::kGlobal:
         if (object->global == Global::kDType) return text(object, false);  // "torch.float32"
         throw Error(ErrorCode::kUnsupported, "value " + detail::quoted(object->text) + " is not data");
@@ -354,8 +355,9 @@ Metadata read_metadata(const zip_detail::ZipReader& zip, const zip_detail::ZipEn
   return metadata;
 }
 
-Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOptions& options) {
-  zip_detail::ZipReader zip(file);
+Contents read_zip(std::shared_ptr<const detail::MappedFile> file, const LoadOptions& options,
+                  const zip_detail::ZipOpenOptions& open_options = {}) {
+  zip_detail::ZipReader zip(file, open_options);
   const zip_detail::ZipReadOptions read_options{.verify_crc = options.verify};
   if (zip.entries().empty()) throw Error(ErrorCode::kCorrupt, "zip archive has no records");
   const std::string& first = zip.entries().front().name;
@@ -525,6 +527,15 @@ Contents read_file(const std::filesystem::path& path, const LoadOptions& options
     return read_zip(file, options);
   } catch (Error& error) {
     throw error.with_path(path);
+  }
+}
+
+Contents read_embedded(std::shared_ptr<const detail::MappedFile> file, uint64_t offset, uint64_t size,
+                       const LoadOptions& options) {
+  try {
+    return read_zip(file, options, {.window_offset = offset, .window_size = size});
+  } catch (Error& error) {
+    throw error.with_path(file->path());
   }
 }
 

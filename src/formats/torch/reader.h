@@ -8,6 +8,7 @@
 
 #include "ckpt/format.h"
 #include "formats/torch/pickle_reader.h"
+#include "io/mapped_file.h"
 
 namespace ckpt::torch_detail {
 
@@ -19,6 +20,15 @@ bool detect_file(std::span<const std::byte> head, uint64_t file_size);
 // are gathered when first used. Throws Error{kCorrupt} naming the file, the
 // record or tensor, and the offset; Error{kUnsupported} for refused globals.
 Contents read_file(const std::filesystem::path& path, const LoadOptions& options);
+
+// Reads the torch.save zip archive that occupies [offset, offset + size) of
+// `file` (an archive embedded in a larger file: each item of a PyTorch DCP
+// .distcp file), as read_file() reads a whole file. Offsets inside the
+// archive (Contents::entries, error messages) count from `offset`.
+// Throws as read_file() does, and Error{kCorrupt} if the range does not lie
+// inside the file.
+Contents read_embedded(std::shared_ptr<const detail::MappedFile> file, uint64_t offset, uint64_t size,
+                       const LoadOptions& options);
 
 // Builds the tree a pickle describes, making each tensor with `tensor_of`
 // (called once per TensorRef index). Exposed for the legacy reader and tests.

@@ -276,7 +276,9 @@ std::string serialization_id(std::string_view pickle, const std::vector<StorageO
 
 }  // namespace
 
-void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
+uint64_t write_archive(detail::AtomicFile& file, uint64_t offset, const Tree& tree, std::string_view name,
+                       const SaveOptions& options) {
+  const std::filesystem::path& path = file.final_path();
   std::vector<View> views;
   for (const Tree::Leaf& leaf : tree.tensor_leaves()) {
     const Tensor& tensor = leaf.value->tensor();
@@ -297,7 +299,7 @@ void write_file(const std::filesystem::path& path, const Tree& tree, const SaveO
     throw error.with_path(path);
   }
 
-  const std::string prefix = archive_name(path) + "/";
+  const std::string prefix = std::string(name) + "/";
   zip_detail::ZipWriter zip({.alignment = kStorageAlignment,
                              .data_descriptor = true,
                              .no_descriptor_when_empty = true,
@@ -309,7 +311,8 @@ void write_file(const std::filesystem::path& path, const Tree& tree, const SaveO
                              .utf8_flag_always = true,
                              .zip64_end_always = true,
                              .zip64_end_made_by = 0x031e,
-                             .threads = options.threads});
+                             .threads = options.threads,
+                             .file_offset = offset});
   const std::string pickle_bytes = pickle.finish();
   const std::string id = serialization_id(pickle_bytes, storages);
   zip.add(prefix + std::string(kPickleRecord), pickle_bytes, Buffer());
@@ -340,8 +343,12 @@ void write_file(const std::filesystem::path& path, const Tree& tree, const SaveO
   }
   zip.add(prefix + std::string(kSerializationIdRecord), id, Buffer());
 
+  return zip.write(file);
+}
+
+void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) {
   detail::AtomicFile file(path, {.fsync = options.fsync});
-  zip.write(file);
+  write_archive(file, 0, tree, archive_name(path), options);
   file.commit();
 }
 

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "ckpt/format.h"
+#include "io/atomic_file.h"
 
 namespace ckpt::torch_detail {
 
@@ -19,5 +20,13 @@ namespace ckpt::torch_detail {
 // views; a non-contiguous view is written as its whole storage plus strides.
 // Throws Error{kUnsupported} for strings that are not valid UTF-8.
 void write_file(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);
+
+// Writes `tree` as write_file() lays it out, its records in the folder
+// `name`/, into `file` at `offset` (an archive embedded in a larger file: an
+// item of a PyTorch DCP .distcp file); offsets inside the archive count from
+// `offset`, as torch.save into a stream writes them. Returns the archive's
+// size in bytes. Commit is the caller's. Throws as write_file() does.
+uint64_t write_archive(detail::AtomicFile& file, uint64_t offset, const Tree& tree, std::string_view name,
+                       const SaveOptions& options);
 
 }  // namespace ckpt::torch_detail

@@ -82,6 +82,12 @@ bool fits(uint64_t a, uint64_t b, uint64_t limit) { return a <= limit && b <= li
 
 ZipReader::ZipReader(std::shared_ptr<const detail::MappedFile> file, const ZipOpenOptions& options)
     : file_(std::move(file)) {
+  base_ = options.window_offset;
+  size_ = options.window_size == UINT64_MAX && base_ <= file_->size() ? file_->size() - base_ : options.window_size;
+  if (!fits(base_, size_, file_->size())) {
+    corrupt(*file_, "zip archive (" + std::to_string(size_) + " bytes at offset " + std::to_string(base_) +
+                        ") extends past the end of the file (" + std::to_string(file_->size()) + " bytes)", base_);
+  }
   const Directory directory = read_end_records();
   read_central_directory(directory);
   if (!options.local_headers) return;
@@ -91,8 +97,8 @@ ZipReader::ZipReader(std::shared_ptr<const detail::MappedFile> file, const ZipOp
 
 ZipReader::Directory ZipReader::read_end_records() {
   const detail::MappedFile& file = *file_;
-  const uint64_t size = file.size();
-  const std::byte* data = file.bytes().data();
+  const uint64_t size = size_;
+  const std::byte* data = file.bytes().data() + base_;
   if (size < kEndRecordSize) {
     corrupt(file, "too small for a zip archive (" + std::to_string(size) +
                       " bytes; the end of central directory record alone takes 22)", std::nullopt);
@@ -192,7 +198,7 @@ ZipReader::Directory ZipReader::read_end_records() {
 
 void ZipReader::read_central_directory(const Directory& directory) {
   const detail::MappedFile& file = *file_;
-  const std::byte* data = file.bytes().data();
+  const std::byte* data = file.bytes().data() + base_;
   if (!fits(directory.offset, directory.size, directory.end_limit)) {
     corrupt(file, "central directory (" + std::to_string(directory.size) + " bytes at offset " +
                       std::to_string(directory.offset) + ") extends past the end records at offset " +
@@ -313,7 +319,7 @@ void ZipReader::read_central_directory(const Directory& directory) {
 
 void ZipReader::read_local_headers() {
   const detail::MappedFile& file = *file_;
-  const std::byte* data = file.bytes().data();
+  const std::byte* data = file.bytes().data() + base_;
   std::vector<std::byte> header_buffer(kLocalHeaderSize + 256);
   for (ZipEntry& entry : entries_) {
     const uint64_t at = entry.local_header_offset;
@@ -400,7 +406,7 @@ const ZipEntry* ZipReader::find(std::string_view name) const {
 Buffer ZipReader::read(const ZipEntry& entry, const ZipReadOptions& options) const {
   const detail::MappedFile& file = *file_;
   if (entry.method == kMethodStored) {
-    Buffer bytes = file.slice(entry.data_offset, entry.compressed_size);
+    Buffer bytes = file.slice(base_ + entry.data_offset, entry.compressed_size);
     if (options.verify_crc) {
       const uint32_t actual = detail::crc32(bytes.bytes());
       if (actual != entry.crc32) {
@@ -427,7 +433,7 @@ Buffer ZipReader::read(const ZipEntry& entry, const ZipReadOptions& options) con
   std::unique_ptr<libdeflate_decompressor, void (*)(libdeflate_decompressor*)> decompressor(
       libdeflate_alloc_decompressor(), libdeflate_free_decompressor);
   if (!decompressor) throw std::bad_alloc();
-  const std::span<const std::byte> input = file.bytes().subspan(entry.data_offset, entry.compressed_size);
+  const std::span<const std::byte> input = file.bytes().subspan(base_ + entry.data_offset, entry.compressed_size);
   const std::span<std::byte> out = output.mutable_bytes();
   size_t produced = 0;
   const libdeflate_result result = libdeflate_deflate_decompress(

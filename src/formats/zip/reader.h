@@ -47,6 +47,13 @@ struct ZipOpenOptions {
   // data_offset stays 0, read() may not be called): what a reader of a file
   // that has not arrived whole needs to know where the local headers are.
   bool local_headers = true;
+  // The archive occupies [window_offset, window_offset + window_size) of the
+  // file (an archive embedded in a larger file, as PyTorch DCP's .distcp
+  // files hold one torch.save archive per item); the default is the whole
+  // file. Offsets inside the archive, ZipEntry's and those of error messages,
+  // count from the window's start.
+  uint64_t window_offset = 0;
+  uint64_t window_size = UINT64_MAX;
 };
 
 class ZipReader {
@@ -58,7 +65,7 @@ class ZipReader {
   // not overlap, and must have unique names.
   // Throws Error{kCorrupt} naming the file, the entry and the byte offset of
   // the first defect; {kUnsupported} for split (multi-disk) archives and
-  // encrypted entries.
+  // encrypted entries, {kCorrupt} if the window does not lie inside the file.
   explicit ZipReader(std::shared_ptr<const detail::MappedFile> file, const ZipOpenOptions& options = {});
 
   // Entries in central directory order.
@@ -98,6 +105,8 @@ class ZipReader {
   std::shared_ptr<const detail::MappedFile> file_;
   std::vector<ZipEntry> entries_;
   std::unordered_map<std::string_view, size_t> index_;  // name (viewing entries_) → position
+  uint64_t base_ = 0;  // the window's offset in the file
+  uint64_t size_ = 0;  // the window's size
   uint64_t directory_offset_ = 0;
   std::string_view comment_;
   uint64_t comment_offset_ = 0;

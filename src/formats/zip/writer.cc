@@ -244,6 +244,9 @@ uint64_t ZipWriter::write(detail::AtomicFile& file) {
       spans.push_back({.bytes = std::as_bytes(std::span(descriptor)), .offset = entry.data_offset + entry.size});
     }
   }
+  if (options_.file_offset != 0) {
+    for (detail::WriteSpan& span : spans) span.offset += options_.file_offset;
+  }
   file.write_parallel(spans, options_.threads);
 
   // Large entries: what needs their CRC, now that it is known.
@@ -253,10 +256,10 @@ uint64_t ZipWriter::write(detail::AtomicFile& file) {
     entry.crc32 = crcs[i];
     if (has_descriptor(entry)) {
       const std::string descriptor = data_descriptor(entry);
-      file.write_at(std::as_bytes(std::span(descriptor)), entry.data_offset + entry.size);
+      file.write_at(std::as_bytes(std::span(descriptor)), options_.file_offset + entry.data_offset + entry.size);
     } else {
       const std::string header = local_header(entry);
-      file.write_at(std::as_bytes(std::span(header)), entry.local_header_offset);
+      file.write_at(std::as_bytes(std::span(header)), options_.file_offset + entry.local_header_offset);
     }
   }
 
@@ -265,7 +268,7 @@ uint64_t ZipWriter::write(detail::AtomicFile& file) {
   for (const Entry& entry : entries_) append_central_header(directory, entry);
   const std::string end = end_records(directory_offset, directory.size());
   directory += end;
-  file.write_at(std::as_bytes(std::span(directory)), directory_offset);
+  file.write_at(std::as_bytes(std::span(directory)), options_.file_offset + directory_offset);
   return directory_offset + directory.size();
 }
 

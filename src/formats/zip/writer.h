@@ -65,6 +65,10 @@ struct ZipWriterOptions {
   // for it (Python's zipfile takes the last one), so a comment holding it
   // would hide the real one.
   std::string comment;
+  // write() puts the archive at this offset of its file (an archive embedded
+  // in a larger file, as PyTorch DCP's .distcp files hold one per item);
+  // offsets inside the archive, data_offset() included, count from its start.
+  uint64_t file_offset = 0;
 };
 
 class ZipWriter {
