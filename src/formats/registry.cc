@@ -7,6 +7,7 @@
 
 #include "ckpt/error.h"
 #include "formats/flax/format.h"
+#include "formats/hf_sharded/format.h"
 #include "formats/numpy/format.h"
 #include "formats/orbax/format.h"
 #include "formats/safetensors/format.h"
@@ -24,6 +25,7 @@ std::span<const Format* const> formats() {
       &tf_format(),
       &flax_format(),
       &orbax_format(),
+      &hf_sharded_format(),
   };
   return kFormats;
 }
