@@ -76,7 +76,11 @@ TEST_F(HfShardedTest, ShardsHoldWholeTensorsInOrderUpToTheMaximum) {
   EXPECT_TRUE(contents.tree == tree);
   EXPECT_EQ(contents.entries.size(), 5u);
   EXPECT_EQ(contents.checksum, ChecksumKind::kXxh3);
-  EXPECT_EQ(contents.metadata.at("format"), "pt");
+  // Each shard says {"format": "pt"}, which ckpt added: not the tree's metadata.
+  EXPECT_EQ(open(dir("out") / "model-00002-of-00002.safetensors").metadata, (Metadata{{"format", "pt"}}));
+  EXPECT_TRUE(contents.metadata.empty());
+  save(dir("meta"), tree, {.metadata = {{"format", "np"}, {"run", "7"}}, .max_shard_bytes = 1000});
+  EXPECT_EQ(open(dir("meta")).metadata, (Metadata{{"format", "np"}, {"run", "7"}}));
 }
 
 TEST_F(HfShardedTest, ATensorLargerThanTheMaximumGetsAShardOfItsOwn) {

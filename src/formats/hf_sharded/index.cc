@@ -104,11 +104,18 @@ void read_record(element value, ShardIndex& index, const std::filesystem::path& 
   const detail::BadDocument bad = [&](const std::string& message) { corrupt(path, entry, message); };
   object fields;
   if (value.get_object().get(fields)) bad("ckpt's record is not a JSON object");
-  std::optional<element> version, tree, slices;
-  detail::read_fields(fields, {{kVersionField, &version}, {kTreeField, &tree}, {kSlicesField, &slices}}, bad);
+  std::optional<element> version, tree, slices, added;
+  detail::read_fields(fields,
+                      {{kVersionField, &version}, {kTreeField, &tree}, {kSlicesField, &slices}, {kAddedMetadataField, &added}},
+                      bad);
   index.has_record = true;
   index.version = detail::read_version(version, kCkptVersion, "sharded index", {.path = path, .entry = entry}, bad);
   if (tree) index.tree = read_string(*tree, path, entry + "." + std::string(kTreeField), "the tree skeleton");
+  if (added) {
+    array keys;
+    if (added->get_array().get(keys)) bad("\"added_metadata\" is not a list");
+    for (element key : keys) index.added_metadata.push_back(read_string(key, path, entry, "an added metadata key"));
+  }
   if (slices) {
     object records;
     if (slices->get_object().get(records)) bad("\"slices\" is not a JSON object");
@@ -291,7 +298,13 @@ std::string index_json(const ShardIndex& index) {
   out.begin_object();  // keys sorted: "ckpt" < "metadata" < "weight_map"
   if (index.has_record) {
     out.key(kCkptKey);
-    out.begin_object();  // "slices" < "tree" < "version"
+    out.begin_object();  // "added_metadata" < "slices" < "tree" < "version"
+    if (!index.added_metadata.empty()) {
+      out.key(kAddedMetadataField);
+      out.begin_array();
+      for (const std::string& key : index.added_metadata) out.string(key);
+      out.end_array();
+    }
     if (!index.slices.empty()) {
       std::vector<const SliceRecord*> slices;
       for (const SliceRecord& slice : index.slices) slices.push_back(&slice);

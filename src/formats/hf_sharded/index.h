@@ -47,6 +47,7 @@ struct ShardIndex {
   bool has_record = false;
   int64_t version = 0;
   std::optional<std::string> tree;  // the tree skeleton (formats/tree_json.h) as JSON text
+  std::vector<std::string> added_metadata;  // shard metadata keys ckpt added, sorted
   std::vector<SliceRecord> slices;  // in the index's order
 };
 
@@ -56,7 +57,7 @@ struct ShardIndex {
 // plain file name (is_shard_file_name), no tensor named twice; `metadata`
 // (optional) an object whose `total_size` is a non-negative integer; ckpt's
 // record (optional) an object with a known `version` (a newer one is
-// kUnsupported), `tree` a string, `slices` an object of records with a known
+// kUnsupported), `tree` a string, `added_metadata` a list of strings, `slices` an object of records with a known
 // `dtype`, a `shape` of non-negative integers, and a non-empty `pieces` list
 // whose pieces have a plain `file`, a `key` and `offsets` / `sizes` of
 // non-negative integers, as many as the shape has dimensions; no sliced

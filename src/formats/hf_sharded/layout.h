@@ -43,6 +43,9 @@ constexpr int64_t kCkptVersion = 1;
 constexpr std::string_view kVersionField = "version";
 constexpr std::string_view kTreeField = "tree";      // the tree skeleton, as a JSON string
 constexpr std::string_view kSlicesField = "slices";  // sharded tensors: NAME -> slice record
+// The shards' metadata keys that ckpt added (kFormatMetadataKey), not the
+// caller's: a reader leaves them out of Contents.metadata.
+constexpr std::string_view kAddedMetadataField = "added_metadata";
 // Fields of one slice record and of one of its pieces.
 constexpr std::string_view kDTypeField = "dtype";     // ckpt's dtype name ("float32")
 constexpr std::string_view kShapeField = "shape";     // the global shape

@@ -100,6 +100,7 @@ class DirectoryReader {
                   {.path = index_path_, .entry = std::string(kMetadataKey) + "." + std::string(kTotalSizeKey)});
     }
     if (!shards_.empty()) contents.metadata = shards_.begin()->second.contents.metadata;
+    for (const std::string& key : index.added_metadata) contents.metadata.erase(key);
     for (const auto& [key, value] : index.metadata) contents.metadata[key] = value;
     return contents;
   }

@@ -28,8 +28,9 @@ bool detect_directory(const std::filesystem::path& path) noexcept;
 // pieced_tensor). Contents.entries lists the whole tensors shard by shard (in
 // shard-name order, each shard's in file order, offsets within its file),
 // then each sliced tensor with its global dtype and shape (offset 0);
-// Contents.metadata is the first shard's (minus ckpt's key), overlaid with
-// the index metadata's string values other than total_size.
+// Contents.metadata is the first shard's (minus ckpt's key and the keys the
+// record says ckpt added), overlaid with the index metadata's string values
+// other than total_size.
 // Throws Error{kUnsupported} if `path` holds no index, {kInvalidArgument} if
 // it holds several and none is model.safetensors.index.json; {kCorrupt}
 // naming the index and the entry if the index fails parse_index, names a

@@ -142,6 +142,7 @@ void write_directory(const fs::path& path, const Tree& tree, const SaveOptions& 
     index.has_record = true;
     index.version = kCkptVersion;
     index.tree = skeleton(tree);
+    if (!options.metadata.count(std::string(kFormatMetadataKey))) index.added_metadata = {std::string(kFormatMetadataKey)};
   }
   write_index_file(directory.path() / kIndexFile, index, options);
   directory.commit();
@@ -217,6 +218,7 @@ void write_sharded_index(const fs::path& directory, std::span<const RankShard> r
   }
   index.has_record = true;
   index.version = kCkptVersion;
+  if (!options.metadata.count(std::string(kFormatMetadataKey))) index.added_metadata = {std::string(kFormatMetadataKey)};
   if (tree != nullptr) {
     std::set<std::string> names = whole;
     for (const SliceRecord& slice : index.slices) names.insert(slice.name);
