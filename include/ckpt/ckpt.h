@@ -1,6 +1,7 @@
 #pragma once
 // The whole public API of ckpt.
 
+#include "ckpt/box.h"
 #include "ckpt/buffer.h"
 #include "ckpt/cast.h"
 #include "ckpt/checkpoint.h"

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ckpt/box.h"
 #include "ckpt/checksum.h"
 #include "ckpt/dtype.h"
 #include "ckpt/tree.h"
@@ -65,6 +66,14 @@ struct LoadOptions {
   // checked against the tensor's stored checksum where the file has one
   // (ckpt's extras). Other formats are downloaded whole, as without it.
   bool remote_lazy = false;
+  // Boxes to load instead of whole tensors (ckpt/box.h): each leaf named
+  // here (a dotted name, as Tree::find_path finds it) comes back as a heap
+  // tensor holding only that box of it, of shape box.sizes, read as
+  // read_box() reads (only the pieces and pages the box needs); the other
+  // leaves come as without it. Contents::entries still describe the file.
+  // Throws Error{kNotFound} naming an entry that is absent or not a tensor,
+  // Error{kInvalidArgument} for a box outside its tensor.
+  std::map<std::string, Box> boxes;
 };
 
 // What a save does to the file beside a checkpoint that names the latest

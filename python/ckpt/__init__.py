@@ -22,7 +22,7 @@ while they live.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import sys as _sys
 
@@ -154,7 +154,8 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
 
 def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,
          threads: int = 0, rename: Any = None, device: Any = None, sha256: Optional[str] = None,
-         offline: Optional[bool] = None, check_hash: bool = False) -> Any:
+         offline: Optional[bool] = None, check_hash: bool = False,
+         boxes: Optional[Mapping[str, Tuple[Sequence[int], Sequence[int]]]] = None) -> Any:
     """Read the whole state of ``path`` (any format ckpt reads, detected by content).
 
     Tensors come back as numpy arrays (``framework="numpy"``; bfloat16 and
@@ -181,6 +182,13 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     docs/gpu.md). Other torch devices go through the same ring with plain
     buffers and synchronous copies.
 
+    ``boxes`` (``{name: (offsets, sizes)}``): the leaves named there come
+    back holding only that box of the tensor (an array of shape ``sizes``
+    starting at element ``offsets``), read from the file alone: of a
+    checkpoint stored in pieces (a sharded save, torch DCP's chunks), only
+    the pieces the box overlaps. FileNotFoundError for a name the checkpoint
+    lacks, ValueError for a box outside its tensor.
+
     ``path`` may be an http(s) URL: it is fetched into the local cache first
     (``ckpt.fetch``, which ``sha256``, ``offline`` and ``check_hash`` go to)
     and loaded from there.
@@ -190,6 +198,10 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     ``framework="numpy"``; RuntimeError naming the device when it is a CUDA
     device that is not available.
     """
+    if boxes:
+        if rename is not None or (device is not None and str(device) != "cpu"):
+            raise ValueError("boxes= cannot be combined with rename= or a CUDA device")
+        boxes = {str(name): (list(offsets), list(sizes)) for name, (offsets, sizes) in boxes.items()}
     path = _local_path(_path(path), sha256, offline, check_hash)
     if device is not None:
         from . import _device
@@ -205,7 +217,8 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
         if rename is not None:
             return _ckpt.load_renamed(_path(path), rename_steps(rename), framework=framework, lazy=lazy,
                                       verify=verify, threads=threads)
-        return _ckpt.load(_path(path), framework=framework, lazy=lazy, verify=verify, threads=threads)
+        return _ckpt.load(_path(path), framework=framework, lazy=lazy, verify=verify, threads=threads,
+                          boxes=boxes or {})
 
 
 class Checkpoint:

@@ -298,13 +298,17 @@ PYBIND11_MODULE(_ckpt, m) {
 
   m.def(
       "load",
-      [](const std::string& path, const std::string& framework, bool lazy, bool verify, unsigned threads) {
+      [](const std::string& path, const std::string& framework, bool lazy, bool verify, unsigned threads,
+         const std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>>& boxes) {
         const Framework fw = framework_from(framework);
-        const Contents contents = open_contents(path, {.verify = verify, .lazy = lazy, .threads = threads});
+        LoadOptions options{.verify = verify, .lazy = lazy, .threads = threads};
+        for (const auto& [name, box] : boxes) options.boxes[name] = Box{.offsets = box.first, .sizes = box.second};
+        const Contents contents = open_contents(path, options);
         return naming_file(path, [&] { return value_out(contents.tree, fw); });
       },
       py::arg("path"), py::kw_only(), py::arg("framework") = "numpy", py::arg("lazy") = true,
-      py::arg("verify") = false, py::arg("threads") = 0);
+      py::arg("verify") = false, py::arg("threads") = 0,
+      py::arg("boxes") = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>>{});
 
   py::class_<Handle>(m, "Handle")
       .def("keys", &Handle::keys)

@@ -39,6 +39,21 @@ void require_dtypes(const Format& format, const Tree& tree) {
   }
 }
 
+// LoadOptions::boxes: the leaf `name` of `tree` replaced by its `box`.
+void cut_box(Tree& tree, const std::string& name, const Box& box) {
+  // The loaded tree is this function's caller's own: find_path's node may
+  // be changed in place.
+  Tree* leaf = const_cast<Tree*>(tree.find_path(name));
+  if (leaf == nullptr || leaf->kind() != Tree::Kind::kTensor) {
+    throw Error(ErrorCode::kNotFound, leaf == nullptr ? "a box was asked for an entry the checkpoint does not hold"
+                                                      : "a box was asked for an entry that is not a tensor",
+                {.entry = name});
+  }
+  const Tensor& tensor = leaf->tensor();
+  check_box(box, tensor.shape(), {.entry = name});
+  *leaf = Tree(read_box(tensor, box));
+}
+
 // Read in pieces of this size, spread over the threads.
 constexpr size_t kReadChunk = size_t{8} << 20;
 
@@ -143,6 +158,7 @@ Contents open(const std::filesystem::path& path, const LoadOptions& options) {
   return naming_file(path, [&] {
     const Format& format = options.format.empty() ? detect(path) : format_by_id(options.format);
     Contents contents = format.read(path, options);
+    for (const auto& [name, box] : options.boxes) cut_box(contents.tree, name, box);
     if (!options.lazy) materialize(contents.tree, options.threads);
     return contents;
   });

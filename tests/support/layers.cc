@@ -40,7 +40,7 @@ const std::map<std::string, Layer>& source_folders() {
 // Each public header's layer: that of the code behind it.
 const std::map<std::string, Layer>& public_headers() {
   static const std::map<std::string, Layer> headers = {
-      {"buffer.h", kCore},          {"cast.h", kCore},         {"checksum.h", kCore},
+      {"box.h", kCore},             {"buffer.h", kCore},          {"cast.h", kCore},         {"checksum.h", kCore},
       {"dtype.h", kCore},           {"error.h", kCore},        {"tensor.h", kCore},
       {"tree.h", kCore},            {"url.h", kIo},            {"format.h", kFormats},    {"registry.h", kFormats},
       {"checkpoint.h", kCheckpoint}, {"convert.h", kCheckpoint}, {"diff.h", kCheckpoint},
