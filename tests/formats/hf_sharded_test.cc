@@ -253,6 +253,9 @@ TEST_F(PlainDirectoryTest, AnotherIndexPrefixIsFoundWhenItIsTheOnlyOne) {
   write_index(index_with(good_map()), "diffusion_pytorch_model.safetensors.index.json");
   EXPECT_EQ(detect(dir("hf")).id(), "hf_sharded");
   EXPECT_TRUE(load(dir("hf")) == tree_);
+  // The index named instead of its directory.
+  EXPECT_EQ(detect(dir("hf") / "diffusion_pytorch_model.safetensors.index.json").id(), "hf_sharded");
+  EXPECT_TRUE(load(dir("hf") / "diffusion_pytorch_model.safetensors.index.json") == tree_);
   write_index(index_with(good_map()), "other.safetensors.index.json");
   EXPECT_THROW(detect(dir("hf")), Error);
   expect_error(ErrorCode::kInvalidArgument, {"several"}, {.format = "hf_sharded"}, "hf");

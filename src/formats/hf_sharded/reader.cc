@@ -194,6 +194,10 @@ std::vector<fs::path> index_candidates(const fs::path& path) {
 std::optional<fs::path> find_index(const fs::path& path) noexcept {
   try {
     std::error_code error;
+    const std::string name = path.filename().string();
+    if (name.size() > kIndexSuffix.size() && name.ends_with(kIndexSuffix) && detail::regular_file_exists(path)) {
+      return path;  // the index itself
+    }
     if (!fs::is_directory(path, error)) return std::nullopt;
     if (detail::regular_file_exists(path / kIndexFile)) return path / kIndexFile;
     const std::vector<fs::path> candidates = index_candidates(path);
@@ -218,8 +222,10 @@ Contents read_directory(const fs::path& path, const LoadOptions& options) {
                 "not a Hugging Face sharded checkpoint (no " + std::string(kIndexFile) + ")", {.path = path});
   }
   // A save may replace the directory while its files are opened one by one.
+  const fs::path directory = *index == path ? index->parent_path() : path;
   Contents contents;
-  detail::read_stable_directory(path, [&] { contents = DirectoryReader(path, *index, options).read(); });
+  detail::read_stable_directory(directory.empty() ? fs::path(".") : directory,
+                                [&] { contents = DirectoryReader(directory, *index, options).read(); });
   return contents;
 }
 
