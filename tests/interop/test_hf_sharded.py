@@ -150,3 +150,15 @@ def test_index_is_byte_identical_to_huggingface_hubs(tmp_path):
     assert split.is_sharded
     index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
     assert (out / INDEX).read_text() == json.dumps(index, indent=2, sort_keys=True) + "\n"
+
+
+def test_the_index_file_and_open_name_the_directory_too(tmp_path):
+    state = bert(8).state_dict()
+    out = tmp_path / "model"
+    ckpt.save(out, state, max_shard_bytes=20_000)
+    assert_same_state(state, ckpt.load(out / INDEX, framework="torch"))
+    with ckpt.open(out, framework="torch") as f:
+        assert f.format == "hf_sharded"
+        assert set(f.keys()) == set(state)
+        name = "encoder.layer.1.attention.self.query.weight"
+        assert torch.equal(f.get(name), state[name])
