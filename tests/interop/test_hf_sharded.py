@@ -86,8 +86,9 @@ def test_every_shard_opens_with_safe_open(tmp_path):
     state = bert(4).state_dict()
     out = tmp_path / "model"
     ckpt.save(out, state, max_shard_bytes=10_000)
-    with open(out / INDEX) as f:
-        index = json.load(f)
+    text = (out / INDEX).read_text()
+    index = json.loads(text)
+    assert text == json.dumps(index, indent=2, sort_keys=True) + "\n"  # ckpt's record too
     assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in state.values())
     seen = {}
     for shard in shards_of(out):
