@@ -96,6 +96,8 @@ TEST_F(HfShardedTest, WithoutAMaximumTheFormatWritesOneShard) {
   save(dir("one"), tree, {.format = "hf_sharded"});
   EXPECT_EQ(files(dir("one")), (std::vector<std::string>{"model-00001-of-00001.safetensors", kIndex}));
   EXPECT_TRUE(load(dir("one")) == tree);
+  save(dir("slash").string() + "/", tree, {.format = "hf_sharded"});  // as a shell completes a directory
+  EXPECT_TRUE(load(dir("slash").string() + "/") == tree);
   // safetensors without a maximum is one file, as ever.
   save(dir("file"), tree, {.format = "safetensors"});
   EXPECT_TRUE(fs::is_regular_file(dir("file")));

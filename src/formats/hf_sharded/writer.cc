@@ -123,7 +123,8 @@ std::vector<std::vector<size_t>> plan_shards(const std::vector<Tree::Leaf>& leav
 
 }  // namespace
 
-void write_directory(const fs::path& path, const Tree& tree, const SaveOptions& options) {
+void write_directory(const fs::path& given, const Tree& tree, const SaveOptions& options) {
+  const fs::path path = given.has_filename() ? given : given.parent_path();  // "out/" names "out"
   // What the safetensors writer refuses of the tree as one file, it refuses
   // here (no tensor bytes are touched by planning).
   {
