@@ -7,6 +7,7 @@
 
 #include "ckpt/error.h"
 #include "core/json_writer.h"
+#include "core/text.h"
 #include "formats/hf_sharded/layout.h"
 #include "formats/hf_sharded/reader.h"
 #include "formats/hf_sharded/slices.h"
@@ -203,6 +204,13 @@ void write_sharded_index(const fs::path& directory, std::span<const RankShard> r
   std::set<std::string> whole;
   std::map<std::string, size_t> slice_of;  // name -> position in index.slices
   for (const RankShard& rank : ranks) {
+    if (!is_shard_file_name(rank.file) || !detail::valid_utf8(rank.file)) invalid("bad shard file name", rank.file);
+    for (const std::string& name : rank.tensors) {
+      if (!detail::valid_utf8(name)) invalid("a tensor name is not valid UTF-8");
+    }
+    for (const SliceRecord& piece : rank.pieces) {
+      if (!detail::valid_utf8(piece.name)) invalid("a tensor name is not valid UTF-8");
+    }
     *index.total_size += rank.nbytes;
     for (const std::string& name : rank.tensors) {
       if (!whole.insert(name).second) invalid("two ranks wrote the tensor", name);
