@@ -102,6 +102,15 @@ struct SaveOptions {
   // reference writers' (for safetensors: huggingface's `safetensors`).
   bool extras = true;
   ChecksumKind checksum = ChecksumKind::kXxh3;
+  // Per-tensor checksums the caller has computed already, of kind
+  // `checksum` as checksum_hex() gives them, by leaf name (as
+  // Tree::tensor_leaves() names the leaves): a writer that stores
+  // per-tensor checksums (ckpt's safetensors) takes a tensor's from here
+  // instead of reading its bytes for it. The caller vouches for them (the
+  // manager passes those of the digest it has just computed over a snapshot
+  // nothing else can change); a wrong one is stored as given and fails the
+  // tensor's verification later. Null: none.
+  std::shared_ptr<const std::map<std::string, std::string>> known_checksums;
   Metadata metadata;
   // fsync the file and its directory before the rename / after it.
   bool fsync = true;
