@@ -117,7 +117,9 @@ struct SaveOptions {
   // Threads for the positioned writes; 0 picks min(hardware threads, 4).
   unsigned threads = 0;
   // 0: one shard. Formats that split a checkpoint into data shards
-  // (FormatCapabilities::shards; TF bundles: PREFIX.data-0000K-of-0000N)
+  // (FormatCapabilities::shards; TF bundles: PREFIX.data-0000K-of-0000N;
+  // safetensors and hf_sharded: the directory PATH of Hugging Face's
+  // model-0000K-of-0000N.safetensors + model.safetensors.index.json)
   // start a new shard before a tensor would take the current one past this
   // many bytes; a tensor of more bytes gets a shard of its own. Shards hold
   // whole tensors, in the writer's order. Formats without the capability
@@ -146,7 +148,7 @@ struct FormatCapabilities {
   bool single_tensor = false;   // holds exactly one tensor (npy)
   bool metadata = false;        // keeps SaveOptions::metadata
   // The writer splits a checkpoint into data shards by
-  // SaveOptions::max_shard_bytes (TF bundles).
+  // SaveOptions::max_shard_bytes (TF bundles; safetensors, hf_sharded).
   bool shards = false;
   // Keeps two leaves whose dotted names are one ({"a.b": x, "a": {"b": y}})
   // apart, so that both read back; without it, saving such a tree throws

@@ -127,7 +127,10 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     "crc32c" or "none" (formats with room for ckpt's extras).
     ``max_shard_bytes``: formats written in shards (TF bundles) start a new
     shard before a tensor would take the current one past this size (0: one
-    shard); others ignore it.
+    shard); others ignore it. With safetensors (the default for a path
+    without extension) it writes Hugging Face's sharded directory:
+    ``path/model-0000K-of-0000N.safetensors`` + ``model.safetensors.index.json``,
+    which transformers' loaders read (docs/formats/hf_sharded.md).
 
     CUDA tensors are copied to the host through a small ring of pinned
     buffers, device-to-host copies overlapping (docs/gpu.md).

@@ -8,6 +8,7 @@
 #include "ckpt/error.h"
 #include "formats/dcp/format.h"
 #include "formats/flax/format.h"
+#include "formats/hf_sharded/format.h"
 #include "formats/numpy/format.h"
 #include "formats/orbax/format.h"
 #include "formats/safetensors/format.h"
@@ -26,6 +27,7 @@ std::span<const Format* const> formats() {
       &flax_format(),
       &orbax_format(),
       &dcp_format(),
+      &hf_sharded_format(),
   };
   return kFormats;
 }

@@ -213,13 +213,8 @@ TEST_P(ConformanceTest, TiedTensorsAreStoredOnceAndLoadTied) {
     GTEST_SKIP() << format().id() << " stores each leaf in its own file";
   }
   const Tensor& embed = loaded.at("embed.weight").tensor();
-  // A checkpoint directory (DCP) counts the bytes of its files.
-  uint64_t size = 0;
-  if (std::filesystem::is_directory(file("tied"))) {
-    for (const auto& entry : std::filesystem::directory_iterator(file("tied"))) size += entry.file_size();
-  } else {
-    size = std::filesystem::file_size(file("tied"));
-  }
+  uint64_t size = 0;  // all its files: a directory's (hf_sharded, dcp) too
+  for (const auto& [name, bytes] : checkpoint_files(file("tied"))) size += bytes.size();
   EXPECT_FALSE(embed.same_memory(loaded.at("norm.weight").tensor()));
   EXPECT_TRUE(embed.same_memory(loaded.at("lm_head.weight").tensor())) << format().id() << ": tie lost";
   EXPECT_LT(size, 2 * shared.nbytes()) << format().id() << ": the tied bytes are stored twice";

@@ -94,11 +94,12 @@ TEST_F(ConvertShardTest, BadSizesAndTargetsAreUsageErrors) {
   expect_usage_error(convert("out", {"--to", "tf", "--max-shard-size", "lots"}), {"--max-shard-size"});
   expect_usage_error(convert("out", {"--to", "tf", "--max-shard-size", "-5"}), {"--max-shard-size", "must not be negative"});
   expect_usage_error(convert("out", {"--to", "tf", "--max-shard-size", "99999999E"}), {"overflow"});
-  expect_usage_error(convert("out.safetensors", {"--max-shard-size", "1M"}),
-                     {"out.safetensors", "--max-shard-size", "'safetensors' writes one file"});
+  // (safetensors with a shard size writes Hugging Face's sharded directory: hf_sharded_test.cc.)
+  expect_usage_error(convert("out.npz", {"--max-shard-size", "1M"}),
+                     {"out.npz", "--max-shard-size", "'npz' writes one file"});
   EXPECT_TRUE(shards("out").empty());
   EXPECT_FALSE(fs::exists(dir_ / "out.index"));
-  EXPECT_FALSE(fs::exists(dir_ / "out.safetensors"));
+  EXPECT_FALSE(fs::exists(dir_ / "out.npz"));
 }
 
 }  // namespace

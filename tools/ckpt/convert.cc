@@ -7,7 +7,8 @@
 // ConvertOptions, and the summary. The naming options (ckpt::Transforms,
 // each repeatable) apply in the order they appear on the command line.
 // --max-shard-size splits a target written in data shards (the shards
-// capability: tf) into shards of at most SIZE bytes each. The weight-norm
+// capability: tf; safetensors, which then writes Hugging Face's sharded
+// directory, hf_sharded) into shards of at most SIZE bytes each. The weight-norm
 // options rewrite the tree after the naming options (ckpt/weight_norm.h):
 // fold g, v into w; split w into g, v (in the naming --weight-norm-names
 // gives, "new" by default); or, alone, rename g and v to that naming.
@@ -244,7 +245,9 @@ Command add_convert_command(CLI::App& app) {
                     "instead of refusing the conversion");
   arguments->max_shard_size_option =
       command->add_option("--max-shard-size", arguments->max_shard_size,
-                          "Split a target written in data shards (tf) into shards of at most SIZE bytes "
+                          "Split a target written in data shards (tf; safetensors and hf_sharded: Hugging Face's "
+                          "model-0000K-of-0000N.safetensors + model.safetensors.index.json in the directory DST) "
+                          "into shards of at most SIZE bytes "
                           "(a larger tensor gets a shard of its own): a number of bytes, or with a suffix "
                           "K, M, G, T (powers of 1024): 100M, 2G")
           ->type_name("SIZE")

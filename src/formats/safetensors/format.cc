@@ -5,6 +5,7 @@
 #include "formats/safetensors/format.h"
 
 #include "ckpt/error.h"
+#include "formats/hf_sharded/writer.h"
 #include "formats/safetensors/reader.h"
 #include "formats/safetensors/writer.h"
 
@@ -26,6 +27,7 @@ class SafetensorsFormat final : public Format {
             .checksums = true,
             .single_tensor = false,
             .metadata = true,
+            .shards = true,
             .colliding_names = true,
             .ties = true};
   }
@@ -51,6 +53,8 @@ class SafetensorsFormat final : public Format {
 
   void write(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options) const override {
     try {
+      // With a maximum shard size: Hugging Face's sharded layout, a directory.
+      if (options.max_shard_bytes > 0) return hf_sharded_detail::write_directory(path, tree, options);
       safetensors_detail::write_file(path, tree, options);
     } catch (Error& error) {
       error.with_path(path);
