@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 namespace ckpt::dcp_detail {
 namespace {
 
-[[noreturn]] void corrupt(const std::string& message, const std::string& fqn, const fs::path& path = {},
+[[noreturn]] void corrupt_item(const std::string& message, const std::string& fqn, const fs::path& path = {},
                           std::optional<uint64_t> offset = std::nullopt) {
   throw Error(ErrorCode::kCorrupt, message, {.path = path, .entry = fqn, .offset = offset});
 }
@@ -41,11 +41,11 @@ class DataFiles {
     const fs::path path = directory_ / location.relative_path;
     if (!file) {
       std::error_code error;
-      if (!fs::is_regular_file(path, error)) corrupt("data file is missing", fqn, path);
+      if (!fs::is_regular_file(path, error)) corrupt_item("data file is missing", fqn, path);
       file = detail::MappedFile::open(path);
     }
     if (location.offset > file->size() || location.length > file->size() - location.offset) {
-      corrupt("item (" + std::to_string(location.length) + " bytes at offset " + std::to_string(location.offset) +
+      corrupt_item("item (" + std::to_string(location.length) + " bytes at offset " + std::to_string(location.offset) +
                   ") extends past the end of the file (" + std::to_string(file->size()) + " bytes)",
               fqn, path, location.offset);
     }
@@ -90,18 +90,18 @@ Tensor chunk_tensor(DataFiles& files, const Item& item, const Chunk& chunk, cons
   Contents contents = read_item(files, chunk.location, item.fqn, options);
   const fs::path path = files.file_of(chunk.location, item.fqn)->path();
   if (!contents.tree.is_tensor()) {
-    corrupt("chunk's archive holds a " + std::string(contents.tree.is_container() ? "container" : "value") +
+    corrupt_item("chunk's archive holds a " + std::string(contents.tree.is_container() ? "container" : "value") +
                 ", not a tensor",
             item.fqn, path, chunk.location.offset);
   }
   const Tensor& tensor = contents.tree.tensor();
   if (tensor.dtype() != item.dtype) {
-    corrupt("chunk's tensor is " + std::string(dtype_name(tensor.dtype())) + " where the metadata declares " +
+    corrupt_item("chunk's tensor is " + std::string(dtype_name(tensor.dtype())) + " where the metadata declares " +
                 std::string(dtype_name(item.dtype)),
             item.fqn, path, chunk.location.offset);
   }
   if (tensor.shape() != chunk.sizes) {
-    corrupt("chunk's tensor has shape " + shape_text(tensor.shape()) + " where the metadata declares " +
+    corrupt_item("chunk's tensor has shape " + shape_text(tensor.shape()) + " where the metadata declares " +
                 shape_text(chunk.sizes),
             item.fqn, path, chunk.location.offset);
   }
@@ -133,25 +133,25 @@ void insert(Tree& root, const KeyPath& path, Tree value, const std::string& fqn)
     Tree container = !last && std::holds_alternative<int64_t>(path[at + 1]) ? Tree::list() : Tree::map();
     Tree* child = nullptr;
     if (std::holds_alternative<std::string>(key)) {
-      if (!node->is_map()) corrupt("item's path goes through a list with a string key", fqn);
+      if (!node->is_map()) corrupt_item("item's path goes through a list with a string key", fqn);
       child = node->find(key);
       if (child == nullptr) child = &node->set(key, Tree());
     } else {
-      if (!node->is_list()) corrupt("item's path goes through a map with an integer key", fqn);
+      if (!node->is_list()) corrupt_item("item's path goes through a map with an integer key", fqn);
       const auto index = static_cast<size_t>(std::get<int64_t>(key));
-      if (index > (1u << 24)) corrupt("item's path holds a list position over 2^24", fqn);
+      if (index > (1u << 24)) corrupt_item("item's path holds a list position over 2^24", fqn);
       while (node->size() <= index) node->push_back(Tree());
       child = node->find_key_path(KeyPath{key});
     }
     if (last) {
-      if (!child->is_none()) corrupt("two items have the same path", fqn);
+      if (!child->is_none()) corrupt_item("two items have the same path", fqn);
       *child = std::move(value);
       return;
     }
     if (child->is_none()) {
       *child = std::move(container);
     } else if (child->is_map() != container.is_map() || !child->is_container()) {
-      corrupt("item's path conflicts with another item's", fqn);
+      corrupt_item("item's path conflicts with another item's", fqn);
     }
     node = child;
   }

@@ -10,6 +10,7 @@
 
 #include "ckpt/error.h"
 #include "formats/dcp/layout.h"
+#include "formats/dcp/metadata.h"  // IntKeys: the maps whose integer keys DCP makes strings
 #include "formats/torch/pickle_writer.h"
 #include "formats/torch/writer.h"
 #include "io/atomic_directory.h"
@@ -46,13 +47,6 @@ bool is_terminal(const Tree& node) {
   }
   return true;
 }
-
-// The maps whose keys include integers (which DCP's str(key) makes strings):
-// the map's path (as planner_data writes paths) and those keys.
-struct IntKeys {
-  KeyPath map;
-  std::vector<int64_t> keys;
-};
 
 void flatten(const Tree& node, KeyPath& path, std::vector<OutItem>& out, std::vector<IntKeys>& int_keys) {
   // An empty map would hold no item (DCP drops it); ckpt writes it as a
