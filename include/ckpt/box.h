@@ -39,6 +39,14 @@ void check_box(const Box& box, const Shape& shape, const ErrorContext& context =
 // when their ranks differ.
 std::optional<Box> intersect(const Box& a, const Box& b);
 
+// Checks that `boxes` tile a tensor of `shape`: each of its rank and inside
+// it, no two sharing an element, together covering it (the check of
+// pieced_tensor's pieces, for a writer that has boxes and no data yet).
+// Throws Error{code} (with `context`, its message naming the first defect's
+// boxes).
+void check_tiling(const Shape& shape, const std::vector<Box>& boxes, ErrorCode code = ErrorCode::kInvalidArgument,
+                  const ErrorContext& context = {});
+
 // One stored piece of a global tensor: the box it holds and its elements
 // (shape box.sizes, the global tensor's dtype), typically mapped from a file
 // and not yet read.

@@ -133,55 +133,63 @@ std::optional<Box> intersect(const Box& a, const Box& b) {
   return common;
 }
 
-Tensor pieced_tensor(DType dtype, const Shape& shape, std::vector<Piece> pieces, const ErrorContext& context) {
-  const size_t element_size = dtype_size(dtype);
-  const uint64_t total = checked_numel(shape, element_size);  // the byte size checked too
-  const auto fail = [&](const Piece& piece, const std::string& why) {
-    throw Error(ErrorCode::kCorrupt,
-                "piece " + box_text(piece.box) + " of a tensor of shape " + shape_text(shape) + ": " + why, context);
+void check_tiling(const Shape& shape, const std::vector<Box>& boxes, ErrorCode code, const ErrorContext& context) {
+  const uint64_t total = checked_numel(shape);
+  const auto fail = [&](const std::string& why) {
+    throw Error(code, "pieces of a tensor of shape " + shape_text(shape) + ": " + why, context);
   };
   uint64_t covered = 0;
-  for (const Piece& piece : pieces) {
-    if (piece.data.dtype() != dtype) {
-      fail(piece, "its dtype is " + std::string(dtype_name(piece.data.dtype())) + ", the tensor's " +
-                      std::string(dtype_name(dtype)));
-    }
-    if (piece.box.offsets.size() != shape.size() || piece.box.sizes.size() != shape.size()) {
-      fail(piece, "its rank is not the tensor's");
+  for (const Box& box : boxes) {
+    if (box.offsets.size() != shape.size() || box.sizes.size() != shape.size()) {
+      fail("piece " + box_text(box) + " has another rank than the tensor");
     }
     try {
-      check_box(piece.box, shape);
+      check_box(box, shape);
     } catch (const Error&) {
-      fail(piece, "it lies outside the tensor");
+      fail("piece " + box_text(box) + " lies outside the tensor");
     }
-    if (piece.data.shape() != piece.box.sizes) {
-      fail(piece, "its data has shape " + shape_text(piece.data.shape()));
-    }
-    covered += box_numel(piece.box);
+    covered += box_numel(box);
   }
-  // Boxes that share no element and add up to the tensor cover it exactly.
-  // Sorted by their first offset, a box can only overlap the ones after it
-  // that start before it ends in dimension 0.
-  std::vector<size_t> order(pieces.size());
+  // Boxes that share no element and add up to the tensor tile it. Sorted by
+  // their first offset, a box can only overlap the ones after it that start
+  // before it ends in dimension 0.
+  std::vector<size_t> order(boxes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  const auto start0 = [&](size_t i) { return shape.empty() ? int64_t{0} : pieces[i].box.offsets[0]; };
-  const auto stop0 = [&](size_t i) { return shape.empty() ? int64_t{1} : pieces[i].box.offsets[0] + pieces[i].box.sizes[0]; };
+  const auto start0 = [&](size_t i) { return shape.empty() ? int64_t{0} : boxes[i].offsets[0]; };
+  const auto stop0 = [&](size_t i) { return shape.empty() ? int64_t{1} : boxes[i].offsets[0] + boxes[i].sizes[0]; };
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return start0(a) < start0(b); });
   for (size_t i = 0; i < order.size(); ++i) {
-    if (box_numel(pieces[order[i]].box) == 0) continue;
+    if (box_numel(boxes[order[i]]) == 0) continue;
     for (size_t j = i + 1; j < order.size() && start0(order[j]) < stop0(order[i]); ++j) {
-      if (box_numel(pieces[order[j]].box) == 0) continue;
-      if (intersect(pieces[order[i]].box, pieces[order[j]].box)) {
-        fail(pieces[order[j]], "it overlaps piece " + box_text(pieces[order[i]].box));
+      if (box_numel(boxes[order[j]]) != 0 && intersect(boxes[order[i]], boxes[order[j]])) {
+        fail("pieces " + box_text(boxes[order[i]]) + " and " + box_text(boxes[order[j]]) + " overlap");
       }
     }
   }
   if (covered != total) {
-    throw Error(ErrorCode::kCorrupt,
-                "the pieces of a tensor of shape " + shape_text(shape) + " leave " + std::to_string(total - covered) +
-                    " of its " + std::to_string(total) + " elements uncovered",
-                context);
+    fail("they leave " + std::to_string(total - covered) + " of its " + std::to_string(total) +
+         " elements uncovered");
   }
+}
+
+Tensor pieced_tensor(DType dtype, const Shape& shape, std::vector<Piece> pieces, const ErrorContext& context) {
+  const size_t element_size = dtype_size(dtype);
+  const uint64_t total = checked_numel(shape, element_size);  // the byte size checked too
+  std::vector<Box> boxes;
+  boxes.reserve(pieces.size());
+  for (const Piece& piece : pieces) {
+    const auto fail = [&](const std::string& why) {
+      throw Error(ErrorCode::kCorrupt,
+                  "piece " + box_text(piece.box) + " of a tensor of shape " + shape_text(shape) + ": " + why, context);
+    };
+    if (piece.data.dtype() != dtype) {
+      fail("its dtype is " + std::string(dtype_name(piece.data.dtype())) + ", the tensor's " +
+           std::string(dtype_name(dtype)));
+    }
+    if (piece.data.shape() != piece.box.sizes) fail("its data has shape " + shape_text(piece.data.shape()));
+    boxes.push_back(piece.box);
+  }
+  check_tiling(shape, boxes, ErrorCode::kCorrupt, context);
   if (pieces.size() == 1) return pieces.front().data;
   const size_t nbytes = static_cast<size_t>(total * element_size);
   if (nbytes == 0) return Tensor(dtype, shape, Buffer());

@@ -150,6 +150,25 @@ TEST(BoxTest, PiecedTensorRefusesEachDefect) {
   EXPECT_NO_THROW(pieced_tensor(DType::kInt32, shape, {bottom, top}));
 }
 
+TEST(BoxTest, CheckTilingNeedsNoDataAndNamesEachDefect) {
+  const Shape shape{4, 6};
+  EXPECT_NO_THROW(check_tiling(shape, {{{0, 0}, {4, 3}}, {{0, 3}, {4, 3}}}));
+  EXPECT_NO_THROW(check_tiling(shape, {{{0, 0}, {4, 6}}, {{2, 2}, {0, 3}}}));  // an empty box overlaps nothing
+  const std::vector<std::pair<std::string, std::vector<Box>>> defects{
+      {"uncovered", {{{0, 0}, {4, 3}}}},
+      {"overlap", {{{0, 0}, {4, 4}}, {{0, 3}, {4, 3}}}},
+      {"outside", {{{0, 0}, {4, 3}}, {{0, 3}, {4, 4}}}},
+      {"rank", {{{0}, {24}}}},
+  };
+  for (const auto& [what, boxes] : defects) {
+    SCOPED_TRACE(what);
+    const Error error = error_of([&] { check_tiling(shape, boxes, ErrorCode::kInvalidArgument, {.entry = "w"}); });
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(error.context().entry, "w");
+    EXPECT_NE(error.message().find(what), std::string::npos) << error.message();
+  }
+}
+
 // Load options asking for `boxes` (set by assignment: GCC 12 warns of the
 // designated initializers' skipped members).
 LoadOptions with_boxes(std::map<std::string, Box> boxes, bool lazy = true) {

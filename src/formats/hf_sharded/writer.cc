@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/box.h"
 #include "ckpt/error.h"
 #include "core/json_writer.h"
 #include "core/text.h"
 #include "formats/hf_sharded/layout.h"
 #include "formats/hf_sharded/reader.h"
-#include "formats/hf_sharded/slices.h"
 #include "formats/safetensors/writer.h"
 #include "formats/ties.h"
 #include "formats/tree_json.h"
@@ -232,11 +232,7 @@ void write_sharded_index(const fs::path& directory, std::span<const RankShard> r
     if (whole.count(slice.name)) invalid("the tensor is written both whole and in pieces", slice.name);
     std::vector<Box> boxes;
     for (const PieceRecord& piece : slice.pieces) boxes.push_back(piece.box);
-    try {
-      check_piece_layout(slice.shape, boxes);
-    } catch (Error& error) {
-      throw Error(ErrorCode::kInvalidArgument, error.message(), {.entry = slice.name});
-    }
+    check_tiling(slice.shape, boxes, ErrorCode::kInvalidArgument, {.entry = slice.name});
   }
   index.has_record = true;
   index.version = kCkptVersion;
