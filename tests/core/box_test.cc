@@ -141,9 +141,9 @@ TEST(BoxTest, PiecedTensorRefusesEachDefect) {
       {"dtype", {top, wrong_dtype}},
       {"shape", {top, wrong_shape}},
   };
-  for (const auto& [what, pieces] : defects) {
-    SCOPED_TRACE(what);
-    const Error error = error_of([&] { pieced_tensor(DType::kInt32, shape, pieces, {.entry = "w"}); });
+  for (const auto& defect : defects) {  // not a structured binding: clang 14's lambdas cannot capture one
+    SCOPED_TRACE(defect.first);
+    const Error error = error_of([&] { pieced_tensor(DType::kInt32, shape, defect.second, {.entry = "w"}); });
     EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
     EXPECT_EQ(error.context().entry, "w");
   }
@@ -160,12 +160,13 @@ TEST(BoxTest, CheckTilingNeedsNoDataAndNamesEachDefect) {
       {"outside", {{{0, 0}, {4, 3}}, {{0, 3}, {4, 4}}}},
       {"rank", {{{0}, {24}}}},
   };
-  for (const auto& [what, boxes] : defects) {
-    SCOPED_TRACE(what);
-    const Error error = error_of([&] { check_tiling(shape, boxes, ErrorCode::kInvalidArgument, {.entry = "w"}); });
+  for (const auto& defect : defects) {
+    SCOPED_TRACE(defect.first);
+    const Error error =
+        error_of([&] { check_tiling(shape, defect.second, ErrorCode::kInvalidArgument, {.entry = "w"}); });
     EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
     EXPECT_EQ(error.context().entry, "w");
-    EXPECT_NE(error.message().find(what), std::string::npos) << error.message();
+    EXPECT_NE(error.message().find(defect.first), std::string::npos) << error.message();
   }
 }
 
