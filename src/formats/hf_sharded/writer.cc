@@ -66,20 +66,6 @@ void write_index_file(const fs::path& path, const ShardIndex& index, const SaveO
 // The skeleton of `tree` (its tensor leaves named as tensor_leaves() names them).
 std::string skeleton(const Tree& tree) { return detail::tree_to_json(tree); }
 
-void check_target(const fs::path& path) {
-  std::error_code error;
-  if (!fs::exists(path, error)) return;
-  if (!fs::is_directory(path, error)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "a sharded safetensors checkpoint is a directory; refusing to replace this file", {.path = path});
-  }
-  if (!detect_directory(path) && !fs::is_empty(path, error)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "refusing to replace a non-empty directory that is not a sharded safetensors checkpoint "
-                "(it has no " + std::string(kIndexFile) + ")",
-                {.path = path});
-  }
-}
 
 // The shards of `leaves` in tree order: the leaf positions of each.
 std::vector<std::vector<size_t>> plan_shards(const std::vector<Tree::Leaf>& leaves, const std::vector<size_t>& ties,
@@ -109,6 +95,21 @@ std::vector<std::vector<size_t>> plan_shards(const std::vector<Tree::Leaf>& leav
 
 }  // namespace
 
+void check_target_directory(const fs::path& path) {
+  std::error_code error;
+  if (!fs::exists(path, error)) return;
+  if (!fs::is_directory(path, error)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "a sharded safetensors checkpoint is a directory; refusing to replace this file", {.path = path});
+  }
+  if (!detect_directory(path) && !fs::is_empty(path, error)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "refusing to replace a non-empty directory that is not a sharded safetensors checkpoint "
+                "(it has no " + std::string(kIndexFile) + ")",
+                {.path = path});
+  }
+}
+
 void write_directory(const fs::path& path, const Tree& tree, const SaveOptions& options) {
   // What the safetensors writer refuses of the tree as one file, it refuses
   // here (no tensor bytes are touched by planning).
@@ -122,7 +123,7 @@ void write_directory(const fs::path& path, const Tree& tree, const SaveOptions& 
   const std::vector<size_t> ties =
       options.extras ? detail::find_ties(leaves) : std::vector<size_t>(leaves.size(), detail::kNotTied);
   const std::vector<std::vector<size_t>> shards = plan_shards(leaves, ties, options.max_shard_bytes);
-  check_target(path);
+  check_target_directory(path);
 
   const SaveOptions shard = shard_options(options);
   detail::AtomicDirectory directory(path, {.fsync = options.fsync, .files_synced = options.fsync});
