@@ -253,6 +253,9 @@ TEST_F(PlainDirectoryTest, AnotherIndexPrefixIsFoundWhenItIsTheOnlyOne) {
   write_index(index_with(good_map()), "diffusion_pytorch_model.safetensors.index.json");
   EXPECT_EQ(detect(dir("hf")).id(), "hf_sharded");
   EXPECT_TRUE(load(dir("hf")) == tree_);
+  // The index named instead of its directory.
+  EXPECT_EQ(detect(dir("hf") / "diffusion_pytorch_model.safetensors.index.json").id(), "hf_sharded");
+  EXPECT_TRUE(load(dir("hf") / "diffusion_pytorch_model.safetensors.index.json") == tree_);
   write_index(index_with(good_map()), "other.safetensors.index.json");
   EXPECT_THROW(detect(dir("hf")), Error);
   expect_error(ErrorCode::kInvalidArgument, {"several"}, {.format = "hf_sharded"}, "hf");
@@ -377,9 +380,65 @@ TEST_F(HfShardedTest, RanksWriteTheirShardsAndOneIndexDescribesThem) {
   EXPECT_EQ(index.slices[0].shape, (Shape{4, 3}));
   ASSERT_EQ(index.slices[0].pieces.size(), 2u);
   EXPECT_EQ(index.slices[0].pieces[1].key, "__ckpt_piece__/w/1,0");
-  EXPECT_EQ(index.slices[0].pieces[1].sizes, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(index.slices[0].pieces[1].box, (Box{.offsets = {1, 0}, .sizes = {3, 3}}));
   // The pieces are ordinary tensors of their shards.
   EXPECT_TRUE(load(dir("run") / ranks[1].file).at("__ckpt_piece__/w/1,0").tensor().equals(rows(1, 3)));
+
+  // Loaded: one global tensor, assembled when used.
+  const Contents contents = open(dir("run"));
+  EXPECT_EQ(names_in(contents.tree), (std::vector<std::string>{"bias", "w"}));
+  const Tensor& w = contents.tree.at("w").tensor();
+  EXPECT_EQ(w.shape(), (Shape{4, 3}));
+  EXPECT_EQ(pieces_of(w).size(), 2u);
+  EXPECT_TRUE(w.equals(global));
+  EXPECT_TRUE(contents.tree.at("bias").tensor().equals(whole0.at("bias").tensor()));
+  ASSERT_EQ(contents.entries.size(), 2u);
+  EXPECT_EQ(contents.entries[1].name, "w");
+  EXPECT_EQ(contents.entries[1].nbytes, 48u);
+  // A box of it: only that region (LoadOptions::boxes reads the pieces it overlaps).
+  const Tree part = load(dir("run"), {.boxes = {{"w", Box{.offsets = {2, 1}, .sizes = {2, 2}}}}});
+  const Tensor& box = part.at("w").tensor();
+  ASSERT_EQ(box.shape(), (Shape{2, 2}));
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t c = 0; c < 2; ++c) {
+      EXPECT_EQ(box.values<float>()[r * 2 + c], global.values<float>()[(2 + r) * 3 + 1 + c]);
+    }
+  }
+  // Through a single file and back: the whole tensor, bit-exact.
+  save(dir("merged.safetensors"), contents.tree);
+  EXPECT_TRUE(load(dir("merged.safetensors")).at("w").tensor().equals(global));
+}
+
+// Pieces that the index describes but that do not tile their tensor.
+TEST_F(PlainDirectoryTest, PiecesThatDoNotTileTheirTensorAreCorrupt) {
+  // "orphan" (uint8 [1]) and a second piece stored as "b2" in shard 2.
+  Tree second = load(dir("hf") / "model-00002-of-00002.safetensors");
+  second.set("b2", random_tensor(DType::kUInt8, {2}, 8));
+  save(dir("hf") / "model-00002-of-00002.safetensors", second, {.extras = false});
+  auto with_pieces = [&](const std::string& shape, const std::string& pieces) {
+    return index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "uint8", "shape": )" + shape +
+                                      R"(, "pieces": [)" + pieces + "]}}},");
+  };
+  const std::string orphan = R"({"file": "model-00002-of-00002.safetensors", "key": "orphan", "offsets": [OFF], "sizes": [1]})";
+  const std::string b2 = R"({"file": "model-00002-of-00002.safetensors", "key": "b2", "offsets": [OFF], "sizes": [2]})";
+  auto at = [](std::string piece, int offset) { return piece.replace(piece.find("OFF"), 3, std::to_string(offset)); };
+  write_index(with_pieces("[3]", at(orphan, 0) + ", " + at(b2, 1)));
+  EXPECT_EQ(load(dir("hf")).at("s").tensor().shape(), (Shape{3}));  // the good case
+  struct Case {
+    const char* what;
+    std::string index;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {"out of bounds", with_pieces("[3]", at(orphan, 0) + ", " + at(b2, 2)), "outside"},
+      {"overlapping", with_pieces("[3]", at(orphan, 1) + ", " + at(b2, 1)), "overlaps"},
+      {"not covering", with_pieces("[4]", at(orphan, 0) + ", " + at(b2, 1)), "uncovered"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    write_index(c.index);
+    expect_error(ErrorCode::kCorrupt, {"ckpt.slices.s", c.needle}, {.format = "hf_sharded"});
+  }
 }
 
 TEST_F(HfShardedTest, TheIndexRefusesPiecesThatDoNotTileTheirTensor) {
@@ -400,7 +459,7 @@ TEST_F(HfShardedTest, TheIndexRefusesPiecesThatDoNotTileTheirTensor) {
   const std::vector<Case> cases = {
       {"overlap", {rank_with(0, {0}, {3}, {4}), rank_with(1, {2}, {2}, {4})}, "overlap"},
       {"gap", {rank_with(0, {0}, {1}, {4}), rank_with(1, {2}, {2}, {4})}, "cover"},
-      {"out of bounds", {rank_with(0, {0}, {2}, {4}), rank_with(1, {2}, {3}, {4})}, "bounds"},
+      {"out of bounds", {rank_with(0, {0}, {2}, {4}), rank_with(1, {2}, {3}, {4})}, "outside"},
       {"dtype mismatch", {rank_with(0, {0}, {2}, {4}), rank_with(1, {2}, {2}, {4}, DType::kFloat64)}, "dtype"},
       {"shape mismatch", {rank_with(0, {0}, {2}, {4}), rank_with(1, {2}, {2}, {5})}, "shape"},
   };

@@ -66,12 +66,12 @@ PieceRecord read_piece(element value, size_t ndim, const std::filesystem::path& 
   PieceRecord piece;
   piece.file = read_file_name(*file, path, entry);
   piece.key = read_string(*key, path, entry, "a piece's key");
-  piece.offsets = read_dimensions(*offsets, path, entry, "a piece's offsets");
-  piece.sizes = read_dimensions(*sizes, path, entry, "a piece's sizes");
-  if (piece.offsets.size() != ndim || piece.sizes.size() != ndim) {
+  piece.box.offsets = read_dimensions(*offsets, path, entry, "a piece's offsets");
+  piece.box.sizes = read_dimensions(*sizes, path, entry, "a piece's sizes");
+  if (piece.box.offsets.size() != ndim || piece.box.sizes.size() != ndim) {
     corrupt(path, entry,
-            "the piece '" + piece.key + "' has " + std::to_string(piece.offsets.size()) + " offsets and " +
-                std::to_string(piece.sizes.size()) + " sizes for a tensor of " + std::to_string(ndim) +
+            "the piece '" + piece.key + "' has " + std::to_string(piece.box.offsets.size()) + " offsets and " +
+                std::to_string(piece.box.sizes.size()) + " sizes for a tensor of " + std::to_string(ndim) +
                 " dimensions");
   }
   return piece;
@@ -325,9 +325,9 @@ std::string index_json(const ShardIndex& index) {
           out.key(kKeyField);
           out.string(piece.key);
           out.key(kOffsetsField);
-          write_integers(out, piece.offsets);
+          write_integers(out, piece.box.offsets);
           out.key(kSizesField);
-          write_integers(out, piece.sizes);
+          write_integers(out, piece.box.sizes);
           out.end_object();
         }
         out.end_array();

@@ -12,18 +12,18 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/box.h"
 #include "ckpt/dtype.h"
 #include "ckpt/tensor.h"
 
 namespace ckpt::hf_sharded_detail {
 
-// One piece of a sharded tensor: the region [offsets, offsets + sizes) of
-// the global tensor, stored as the tensor `key` of the shard file `file`.
+// One piece of a sharded tensor: the box of the global tensor that it holds,
+// stored as the tensor `key` of the shard file `file`.
 struct PieceRecord {
   std::string file;
   std::string key;
-  std::vector<int64_t> offsets;
-  std::vector<int64_t> sizes;
+  Box box;
 };
 
 // A tensor stored in pieces (issue 20's sharded tensors): its global dtype

@@ -10,7 +10,7 @@
 #include "ckpt/error.h"
 #include "formats/hf_sharded/index.h"
 #include "formats/hf_sharded/layout.h"
-#include "formats/hf_sharded/slices.h"
+#include "ckpt/box.h"
 #include "formats/safetensors/reader.h"
 #include "formats/tree_json.h"
 #include "io/file_system.h"
@@ -131,9 +131,11 @@ class DirectoryReader {
     }
   }
 
-  Tensor assemble_slice(const SliceRecord& slice) {
+  // The sliced tensor, deferred: its pieces map their shards, nothing is read.
+  Tensor assemble_slice(const SliceRecord& slice) const {
     const std::string entry = std::string(kCkptKey) + "." + std::string(kSlicesField) + "." + slice.name;
-    std::vector<StoredPiece> pieces;
+    std::vector<Piece> pieces;
+    pieces.reserve(slice.pieces.size());
     for (const PieceRecord& piece : slice.pieces) {
       const Shard& shard = shards_.at(piece.file);
       const auto found = shard.tensors.find(piece.key);
@@ -141,26 +143,9 @@ class DirectoryReader {
         throw Error(ErrorCode::kCorrupt, "the piece '" + piece.key + "' is not in '" + piece.file + "'",
                     {.path = index_path_, .entry = entry});
       }
-      const Tensor& data = found->second;
-      if (data.dtype() != slice.dtype) {
-        throw Error(ErrorCode::kCorrupt,
-                    "the piece '" + piece.key + "' in '" + piece.file + "' is " + std::string(dtype_name(data.dtype())) +
-                        ", the tensor " + std::string(dtype_name(slice.dtype)),
-                    {.path = index_path_, .entry = entry});
-      }
-      if (data.shape() != Shape(piece.sizes.begin(), piece.sizes.end())) {
-        throw Error(ErrorCode::kCorrupt,
-                    "the piece '" + piece.key + "' in '" + piece.file + "' has another shape than its sizes",
-                    {.path = index_path_, .entry = entry});
-      }
-      pieces.push_back({piece.offsets, piece.sizes, data});
+      pieces.push_back(Piece{.box = piece.box, .data = found->second});
     }
-    try {
-      return assemble_pieces(slice.dtype, slice.shape, std::move(pieces));
-    } catch (Error& error) {
-      error.with_path(index_path_).with_entry(entry);
-      throw;
-    }
+    return pieced_tensor(slice.dtype, slice.shape, std::move(pieces), {.path = index_path_, .entry = entry});
   }
 
   void fill_entries(const ShardIndex& index, Contents& contents) const {
@@ -209,6 +194,10 @@ std::vector<fs::path> index_candidates(const fs::path& path) {
 std::optional<fs::path> find_index(const fs::path& path) noexcept {
   try {
     std::error_code error;
+    const std::string name = path.filename().string();
+    if (name.size() > kIndexSuffix.size() && name.ends_with(kIndexSuffix) && detail::regular_file_exists(path)) {
+      return path;  // the index itself
+    }
     if (!fs::is_directory(path, error)) return std::nullopt;
     if (detail::regular_file_exists(path / kIndexFile)) return path / kIndexFile;
     const std::vector<fs::path> candidates = index_candidates(path);
@@ -233,8 +222,10 @@ Contents read_directory(const fs::path& path, const LoadOptions& options) {
                 "not a Hugging Face sharded checkpoint (no " + std::string(kIndexFile) + ")", {.path = path});
   }
   // A save may replace the directory while its files are opened one by one.
+  const fs::path directory = *index == path ? index->parent_path() : path;
   Contents contents;
-  detail::read_stable_directory(path, [&] { contents = DirectoryReader(path, *index, options).read(); });
+  detail::read_stable_directory(directory.empty() ? fs::path(".") : directory,
+                                [&] { contents = DirectoryReader(directory, *index, options).read(); });
   return contents;
 }
 

@@ -12,14 +12,15 @@ namespace ckpt::hf_sharded_detail {
 
 // The index of the directory `path`: `path`/model.safetensors.index.json
 // when it is a regular file, else the one regular file of `path` whose name
-// ends in ".safetensors.index.json"; nullopt when `path` is no directory or
-// holds none or several. Never throws.
+// ends in ".safetensors.index.json"; `path` itself when it is such a file
+// (the index named instead of its directory); nullopt when `path` is no
+// directory or holds none or several. Never throws.
 std::optional<std::filesystem::path> find_index(const std::filesystem::path& path) noexcept;
 
 // True if find_index() finds an index in `path`. Never throws.
 bool detect_directory(const std::filesystem::path& path) noexcept;
 
-// Reads the checkpoint directory `path`: its index (index.h parse_index),
+// Reads the checkpoint directory `path` (or the one of the index `path`): its index (index.h parse_index),
 // then each shard the index names, lazily, as the safetensors reader reads a
 // file (tensors map the shard; options.verify checks their checksums). The
 // tree is ckpt's skeleton from the index's record when it has one, else a

@@ -175,8 +175,8 @@ RankShard write_rank_shard(const fs::path& directory, size_t rank, size_t world_
     }
     tensors.set(key, piece.data);
     SliceRecord record{.name = piece.name, .dtype = piece.data.dtype(), .shape = piece.global_shape, .pieces = {}};
-    record.pieces.push_back(PieceRecord{.file = result.file, .key = key, .offsets = piece.offsets,
-                                        .sizes = piece.data.shape()});
+    record.pieces.push_back(
+        PieceRecord{.file = result.file, .key = key, .box = {.offsets = piece.offsets, .sizes = piece.data.shape()}});
     result.pieces.push_back(std::move(record));
   }
   result.nbytes = write_shard(directory / result.file, tensors, shard_options(options));
@@ -209,8 +209,8 @@ void write_sharded_index(const fs::path& directory, std::span<const RankShard> r
   }
   for (const SliceRecord& slice : index.slices) {
     if (whole.count(slice.name)) invalid("the tensor is written both whole and in pieces", slice.name);
-    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> boxes;
-    for (const PieceRecord& piece : slice.pieces) boxes.emplace_back(piece.offsets, piece.sizes);
+    std::vector<Box> boxes;
+    for (const PieceRecord& piece : slice.pieces) boxes.push_back(piece.box);
     try {
       check_piece_layout(slice.shape, boxes);
     } catch (Error& error) {
