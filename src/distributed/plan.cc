@@ -95,6 +95,9 @@ std::vector<bool> boxes_to_write(const std::vector<std::vector<HeldBox>>& held, 
         const HeldBox& other = *first->second.second;
         const std::string ranks =
             "ranks " + std::to_string(first->second.first) + " and " + std::to_string(r);
+        if (other.sharded != box.sharded) {
+          invalid(ranks + " hold the tensor one whole (no shard given) and one as a shard", box.name);
+        }
         if (other.dtype != box.dtype) {
           invalid(ranks + " hold the tensor as " + std::string(dtype_name(other.dtype)) + " and " +
                       std::string(dtype_name(box.dtype)),
@@ -102,9 +105,6 @@ std::vector<bool> boxes_to_write(const std::vector<std::vector<HeldBox>>& held, 
         }
         if (other.global_shape != box.global_shape) {
           invalid(ranks + " disagree on the tensor's global shape", box.name);
-        }
-        if (other.sharded != box.sharded) {
-          invalid(ranks + " hold the tensor one whole (no shard given) and one as a shard", box.name);
         }
       }
       const bool first_holder = seen.emplace(box.name, box.box.offsets, box.box.sizes).second;

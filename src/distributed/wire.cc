@@ -109,8 +109,8 @@ std::string encode_rank_shard(const hf_sharded_detail::RankShard& shard) {
     for (const hf_sharded_detail::PieceRecord& piece : slice.pieces) {
       out.string(piece.file);
       out.string(piece.key);
-      out.i64s(piece.offsets);
-      out.i64s(piece.sizes);
+      out.i64s(piece.box.offsets);
+      out.i64s(piece.box.sizes);
     }
   }
   return out.take();
@@ -140,8 +140,8 @@ hf_sharded_detail::RankShard decode_rank_shard(std::string_view bytes, size_t fr
       hf_sharded_detail::PieceRecord piece;
       piece.file = in.string();
       piece.key = in.string();
-      piece.offsets = in.i64s();
-      piece.sizes = in.i64s();
+      piece.box.offsets = in.i64s();
+      piece.box.sizes = in.i64s();
       slice.pieces.push_back(std::move(piece));
     }
     shard.pieces.push_back(std::move(slice));

@@ -153,7 +153,7 @@ TEST_F(DistributedTest, ReplicatedBoxesAreWrittenOnceByTheLowestRankHoldingThem)
     }
     return names;
   };
-  EXPECT_EQ(keys(0), (std::vector<std::string>{"__ckpt_piece__/w/0,0", "bias"}));
+  EXPECT_EQ(keys(0), (std::vector<std::string>{"bias", "__ckpt_piece__/w/0,0"}));
   EXPECT_EQ(keys(1), std::vector<std::string>{});
   EXPECT_EQ(keys(2), (std::vector<std::string>{"__ckpt_piece__/w/5,0"}));
   EXPECT_EQ(keys(3), std::vector<std::string>{});
@@ -418,7 +418,7 @@ TEST(DistributedWireTest, TruncatedMessagesAreCorruptNotCrashes) {
   hf_sharded_detail::RankShard shard{.file = "model-00001-of-00002.safetensors", .tensors = {"b"}, .pieces = {},
                                      .nbytes = 12};
   shard.pieces.push_back({.name = "w", .dtype = DType::kBFloat16, .shape = {4, 2},
-                          .pieces = {{.file = shard.file, .key = "k", .offsets = {0, 0}, .sizes = {2, 2}}}});
+                          .pieces = {{.file = shard.file, .key = "k", .box = {.offsets = {0, 0}, .sizes = {2, 2}}}}});
   const std::string bytes = distributed_detail::encode_rank_shard(shard);
   const auto back = distributed_detail::decode_rank_shard(bytes, 1);
   EXPECT_EQ(back.file, shard.file);
@@ -426,7 +426,7 @@ TEST(DistributedWireTest, TruncatedMessagesAreCorruptNotCrashes) {
   EXPECT_EQ(back.tensors, shard.tensors);
   ASSERT_EQ(back.pieces.size(), 1u);
   EXPECT_EQ(back.pieces[0].dtype, DType::kBFloat16);
-  EXPECT_EQ(back.pieces[0].pieces[0].sizes, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(back.pieces[0].pieces[0].box.sizes, (std::vector<int64_t>{2, 2}));
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     try {
       distributed_detail::decode_rank_shard(std::string_view(bytes).substr(0, cut), 1);
