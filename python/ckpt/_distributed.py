@@ -1,0 +1,199 @@
+"""Sharded saves across processes (issue 20; docs/distributed.md).
+
+``ckpt.save(path, state, comm=comm)`` where leaves may be ``ckpt.Shard``,
+torch ``DTensor`` or jax ``Array``: every rank writes the shard file of what
+it holds, rank 0 the index, committed together (a rank that fails fails
+every rank; one that dies leaves nothing committed). ``ckpt.load(path,
+comm=comm, boxes={name: (offsets, sizes)})`` gives each rank its boxes on any
+number of ranks. The protocol is the C++ one (``ckpt/distributed.h``); this
+module adapts the engines the caller already runs: an ``mpi4py``
+communicator or a ``torch.distributed`` ProcessGroup (``None``: one process).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import _ckpt
+
+
+class Shard:
+    """This process's part of a global tensor: ``local_tensor`` (a numpy
+    array, a torch tensor, anything ``ckpt.save`` stores) is the box of the
+    global tensor of shape ``global_shape`` that starts at ``offsets`` (one
+    per dimension). Boxes that several ranks hold alike are written once,
+    by the lowest of them."""
+
+    __slots__ = ("global_shape", "offsets", "local_tensor")
+
+    def __init__(self, global_shape: Sequence[int], offsets: Sequence[int], local_tensor: Any):
+        self.global_shape = tuple(int(n) for n in global_shape)
+        self.offsets = tuple(int(n) for n in offsets)
+        self.local_tensor = local_tensor
+        ndim = len(getattr(local_tensor, "shape", ()))
+        if len(self.global_shape) != ndim or len(self.offsets) != ndim:
+            raise ValueError(f"ckpt.Shard: global_shape {self.global_shape} and offsets {self.offsets} must have as "
+                             f"many dimensions as the local tensor ({ndim})")
+
+    def __repr__(self) -> str:
+        shape = tuple(getattr(self.local_tensor, "shape", ()))
+        return f"ckpt.Shard(global_shape={self.global_shape}, offsets={self.offsets}, local shape {shape})"
+
+
+# ---- Communicators: the engines' collectives as bytes in, bytes out ----
+
+class _OneProcess:
+    rank = 0
+    size = 1
+
+    def all_gather(self, data: bytes) -> List[bytes]:
+        return [data]
+
+    def broadcast(self, data: bytes, root: int) -> bytes:
+        return data
+
+    def barrier(self) -> None:
+        pass
+
+
+class _Mpi4py:
+    def __init__(self, comm: Any):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+
+    def all_gather(self, data: bytes) -> List[bytes]:
+        return self.comm.allgather(data)
+
+    def broadcast(self, data: bytes, root: int) -> bytes:
+        return self.comm.bcast(data if self.rank == root else None, root=root)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+
+class _TorchGroup:
+    def __init__(self, group: Any):
+        import torch.distributed as dist
+        self.dist = dist
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        if self.rank < 0:
+            raise ValueError("ckpt: this process is not a member of the ProcessGroup given as comm=")
+
+    def all_gather(self, data: bytes) -> List[bytes]:
+        out: List[Any] = [None] * self.size
+        self.dist.all_gather_object(out, data, group=self.group)
+        return out
+
+    def broadcast(self, data: bytes, root: int) -> bytes:
+        box = [data if self.rank == root else None]
+        self.dist.broadcast_object_list(box, src=self.dist.get_global_rank(self.group, root), group=self.group)
+        return box[0]
+
+    def barrier(self) -> None:
+        self.dist.barrier(group=self.group)
+
+
+def communicator(comm: Any) -> Any:
+    """The adapter for ``comm``: None (one process), an mpi4py communicator,
+    or a torch.distributed ProcessGroup. Raises TypeError otherwise."""
+    if comm is None:
+        return _OneProcess()
+    if hasattr(comm, "Get_rank") and hasattr(comm, "allgather") and hasattr(comm, "bcast"):
+        return _Mpi4py(comm)
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and isinstance(comm, dist.ProcessGroup):
+        return _TorchGroup(comm)
+    raise TypeError(f"comm= takes an mpi4py communicator, a torch.distributed ProcessGroup or None, "
+                    f"not {type(comm).__module__}.{type(comm).__name__}")
+
+
+# ---- Leaves that are shards ----
+
+def _is_dtensor(value: Any) -> bool:
+    return type(value).__name__ == "DTensor" and type(value).__module__.startswith("torch.distributed")
+
+
+def _is_jax_array(value: Any) -> bool:
+    return type(value).__module__.startswith("jax") and hasattr(value, "addressable_shards") \
+        and hasattr(value, "sharding")
+
+
+def _from_dtensor(value: Any) -> Shard:
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    if any(placement.is_partial() for placement in value.placements):
+        raise ValueError("ckpt: a DTensor with a Partial placement holds no values yet; "
+                         "redistribute it (Replicate or Shard) before saving")
+    _, offsets = compute_local_shape_and_global_offset(value.shape, value.device_mesh, value.placements)
+    local = value.to_local().detach()
+    if local.device.type != "cpu":
+        local = local.cpu()
+    return Shard(tuple(value.shape), tuple(offsets), local.contiguous())
+
+
+def _from_jax_array(value: Any) -> Any:
+    import numpy as np
+    if value.is_fully_addressable:
+        return np.asarray(value)
+    shards = [shard for shard in value.addressable_shards if shard.replica_id == 0] or \
+        list(value.addressable_shards)[:1]
+    boxes = {tuple((s.start or 0) for s in shard.index) for shard in shards}
+    if len(boxes) != 1:
+        raise ValueError("ckpt: a jax Array with several distinct shards on one process cannot be saved yet "
+                         "(one box per tensor and process)")
+    shard = shards[0]
+    offsets = tuple((s.start or 0) for s in shard.index)
+    return Shard(tuple(value.shape), offsets, np.asarray(shard.data))
+
+
+def _join(prefix: str, key: Any) -> str:
+    return str(key) if not prefix else f"{prefix}.{key}"
+
+
+def split_state(state: Any) -> Tuple[Any, Dict[str, Tuple[List[int], List[int]]]]:
+    """``state`` with each shard leaf replaced by its local tensor, and the
+    shards by dotted name: ``{name: (global_shape, offsets)}``."""
+    shards: Dict[str, Tuple[List[int], List[int]]] = {}
+
+    def walk(value: Any, name: str) -> Any:
+        if _is_dtensor(value):
+            value = _from_dtensor(value)
+        elif _is_jax_array(value):
+            value = _from_jax_array(value)
+        if isinstance(value, Shard):
+            shards[name] = (list(value.global_shape), list(value.offsets))
+            return value.local_tensor
+        if isinstance(value, dict):
+            return {key: walk(item, _join(name, key)) for key, item in value.items()}
+        if type(value) in (list, tuple):
+            return type(value)(walk(item, _join(name, i)) for i, item in enumerate(value))
+        return value
+
+    return walk(state, ""), shards
+
+
+def has_shards(state: Any) -> bool:
+    if isinstance(state, Shard) or _is_dtensor(state):
+        return True
+    if isinstance(state, dict):
+        return any(has_shards(item) for item in state.values())
+    if type(state) in (list, tuple):
+        return any(has_shards(item) for item in state)
+    return False
+
+
+def save(path: str, state: Any, comm: Any, *, metadata: Optional[Mapping[str, str]], extras: bool, checksum: str,
+         fsync: bool, threads: int) -> None:
+    local, shards = split_state(state)
+    _ckpt.save_sharded(path, local, shards, communicator(comm), metadata=None if metadata is None else dict(metadata),
+                       extras=extras, checksum=checksum, fsync=fsync, threads=threads)
+
+
+def load(path: str, comm: Any, *, boxes: Optional[Mapping[str, Tuple[Sequence[int], Sequence[int]]]],
+         framework: str, lazy: bool, verify: bool, threads: int) -> Any:
+    wanted = {str(name): (list(offsets), list(sizes)) for name, (offsets, sizes) in (boxes or {}).items()}
+    return _ckpt.load_sharded(path, communicator(comm), boxes=wanted, framework=framework, lazy=lazy, verify=verify,
+                              threads=threads)
