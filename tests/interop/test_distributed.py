@@ -1,0 +1,326 @@
+"""Issue 20: sharded saves across processes with the real engines on loopback.
+
+mpirun (Debian's OpenMPI) with mpi4py: save on 4 ranks, load on 1, 2 and 3
+bit-exact against the global arrays; replicated tensors written once (the
+shard files' keys, read with safetensors.safe_open); a rank SIGKILLed
+between its write and the gather leaves the previous checkpoint intact and
+no new step directory, and the next save removes its temporary; an error
+on one rank raises on every rank. torch.distributed on gloo (127.0.0.1, a
+free port, 2 processes): DTensor, ckpt.Shard and replicated leaves. Every
+job is bounded in time; a hung one is killed with its process group.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+import ckpt
+
+MPIRUN = shutil.which("mpirun")
+needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="OpenMPI's mpirun is not installed (scripts/install-deps)")
+JOB_TIMEOUT = 180
+
+# The worker: the same seeded global arrays in every process, split over the
+# ranks (w by rows, grid by columns), bias replicated; load checks the boxes
+# of another split bit for bit.
+WORKER = textwrap.dedent('''
+    import os, sys, time
+    import numpy as np
+    import ckpt
+
+    def global_state():
+        rng = np.random.default_rng(20)
+        return {"w": rng.standard_normal((10, 3)).astype(np.float32),
+                "grid": rng.integers(-2**15, 2**15, (4, 6)).astype(np.int16),
+                "bias": rng.standard_normal(3)}
+
+    def share(n, rank, size):
+        begin = sum(n // size + (r < n % size) for r in range(rank))
+        return begin, n // size + (rank < n % size)
+
+    def local_state(rank, size, step):
+        g = global_state()
+        b, c = share(10, rank, size)
+        gb, gc = share(6, rank, size)
+        return {"model": {"w": ckpt.Shard((10, 3), (b, 0), g["w"][b:b + c]),
+                          "grid": ckpt.Shard((4, 6), (0, gb), np.ascontiguousarray(g["grid"][:, gb:gb + gc])),
+                          "bias": g["bias"]},
+                "step": step}
+
+    def check_load(path, comm, rank, size, step):
+        g = global_state()
+        b, c = share(10, rank, size)
+        rb, rc = share(4, rank, size)
+        got = ckpt.load(path, comm=comm, boxes={"model.w": ((b, 0), (c, 3)), "model.grid": ((rb, 0), (rc, 6))})
+        assert got["model"]["w"].tobytes() == g["w"][b:b + c].tobytes(), "w differs"
+        assert got["model"]["grid"].tobytes() == g["grid"][rb:rb + rc].tobytes(), "grid differs"
+        assert got["model"]["bias"].tobytes() == g["bias"].tobytes(), "bias differs"
+        assert got["step"] == step, got["step"]
+
+    class Dying:
+        """mpi4py's communicator, but this rank stops after writing its shard
+        (at its second gather), says so in `marker`, and waits to be killed."""
+        def __init__(self, comm, marker):
+            self.comm, self.marker, self.calls = comm, marker, 0
+        def Get_rank(self): return self.comm.Get_rank()
+        def Get_size(self): return self.comm.Get_size()
+        def Barrier(self): self.comm.Barrier()
+        def bcast(self, data, root): return self.comm.bcast(data, root=root)
+        def allgather(self, data):
+            self.calls += 1
+            if self.calls == 2:
+                with open(self.marker + ".tmp", "w") as f:
+                    f.write(str(os.getpid()))
+                os.rename(self.marker + ".tmp", self.marker)
+                time.sleep(600)
+            return self.comm.allgather(data)
+
+    def main():
+        mode, path, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        if mode.startswith("gloo"):
+            import datetime
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+            comm = dist.group.WORLD
+            rank, size = dist.get_rank(), dist.get_world_size()
+        else:
+            from mpi4py import MPI
+            comm = MPI.COMM_WORLD
+            rank, size = comm.Get_rank(), comm.Get_size()
+        if mode == "save":
+            ckpt.save(path, local_state(rank, size, step), comm=comm)
+        elif mode == "load":
+            check_load(path, comm, rank, size, step)
+        elif mode == "die":
+            dying = int(sys.argv[4])
+            use = Dying(comm, path + ".dying") if rank == dying else comm
+            ckpt.save(path, local_state(rank, size, step), comm=use)
+            sys.exit("the save went through without the dying rank")
+        elif mode == "bad":
+            state = local_state(rank, size, step)
+            if rank == 1:
+                state["model"]["w"] = ckpt.Shard((10, 3), (9, 0), state["model"]["w"].local_tensor)
+            try:
+                ckpt.save(path, state, comm=comm)
+            except ValueError as error:
+                assert "rank 1" in str(error), str(error)
+            else:
+                sys.exit("saved a shard outside its tensor")
+            assert not os.path.exists(path)
+        elif mode == "gloo":
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+            mesh = init_device_mesh("cpu", (size,))
+            g = global_state()
+            state = {"dt": distribute_tensor(torch.from_numpy(g["w"]), mesh, [Shard(0)]),
+                     "dt_cols": distribute_tensor(torch.from_numpy(g["grid"].astype(np.int32)), mesh, [Shard(1)]),
+                     "rep": distribute_tensor(torch.from_numpy(g["bias"]), mesh, [Replicate()]),
+                     "plain": torch.from_numpy(g["bias"]) * 2,
+                     "step": step}
+            ckpt.save(path, state, comm=comm)
+            b, c = share(10, rank, size)
+            got = ckpt.load(path, comm=comm, boxes={"dt": ((b, 0), (c, 3))}, framework="torch")
+            assert got["dt"].numpy().tobytes() == g["w"][b:b + c].tobytes(), "dt differs"
+            assert got["dt_cols"].numpy().tobytes() == g["grid"].astype(np.int32).tobytes(), "dt_cols differs"
+            assert got["rep"].numpy().tobytes() == g["bias"].tobytes(), "rep differs"
+            assert got["step"] == step
+            dist.barrier()
+            dist.destroy_process_group()
+        else:
+            sys.exit("unknown mode " + mode)
+
+    main()
+''')
+
+
+@pytest.fixture
+def worker(tmp_path):
+    path = tmp_path / "worker.py"
+    path.write_text(WORKER)
+    return path
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(ckpt.__file__)),
+                                                    env.get("PYTHONPATH", "")] if p)
+    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    return env
+
+
+def bounded(args, timeout=JOB_TIMEOUT, env=None):
+    """Runs `args` in a process group of its own; kills the whole group if it
+    runs past `timeout`. Returns (returncode, output)."""
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True, env=env or _env())
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        pytest.fail(f"{' '.join(map(str, args))} ran past {timeout} s and was killed:\n{output}")
+    return process.returncode, output
+
+
+def mpirun(np_, worker, *args, expect_ok=True):
+    code, output = bounded([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(np_), sys.executable,
+                            str(worker), *map(str, args)])
+    if expect_ok:
+        assert code == 0, f"mpirun -np {np_} {' '.join(map(str, args))} exited {code}:\n{output}"
+    return code, output
+
+
+def global_state():
+    namespace = {}
+    exec(WORKER.split("def share")[0], namespace)  # the worker's global_state, without running main
+    return namespace["global_state"]()
+
+
+def visible(directory):
+    return sorted(name for name in os.listdir(directory) if not name.startswith("."))
+
+
+def temporaries(directory):
+    return sorted(name for name in os.listdir(directory) if "ckpt-tmp" in name or "ckpt-old" in name)
+
+
+@needs_mpi
+def test_saved_on_four_mpi_ranks_loads_bit_exact_on_one_two_and_three(worker, tmp_path):
+    step = tmp_path / "step-7"
+    mpirun(4, worker, "save", step, 7)
+    for ranks in (1, 2, 3):
+        mpirun(ranks, worker, "load", step, 7)
+    # And in this process, whole, against the global arrays.
+    g = global_state()
+    got = ckpt.load(step)
+    assert got["model"]["w"].tobytes() == g["w"].tobytes()
+    assert got["model"]["grid"].tobytes() == g["grid"].tobytes()
+    assert got["step"] == 7
+
+
+@needs_mpi
+def test_replicated_tensors_are_written_once(worker, tmp_path):
+    step = tmp_path / "step"
+    mpirun(4, worker, "save", step, 1)
+    files = [f"model-{k:05d}-of-00004.safetensors" for k in range(1, 5)]
+    assert visible(step) == files + ["model.safetensors.index.json"]
+    keys = []
+    for name in files:
+        with safe_open(str(step / name), framework="np") as f:
+            keys.append(sorted(f.keys()))
+    assert [k.count("model.bias") for k in keys] == [1, 0, 0, 0], keys
+    for rank, k in enumerate(keys):  # each rank's own pieces of the sharded tensors
+        assert sum(key.startswith("__ckpt_piece__/model.w/") for key in k) == 1, keys
+        assert sum(key.startswith("__ckpt_piece__/model.grid/") for key in k) == 1, keys
+    index = json.loads((step / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == {"model.bias": files[0]}
+
+
+@needs_mpi
+def test_a_rank_killed_mid_save_commits_nothing(worker, tmp_path):
+    step = tmp_path / "step"
+    mpirun(4, worker, "save", step, 7)
+    marker = pathlib.Path(str(step) + ".dying")
+    process = subprocess.Popen([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "4", sys.executable,
+                                str(worker), "die", str(step), "8", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                               env=_env())
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not marker.exists():
+            assert process.poll() is None, f"the job ended before rank 2 wrote its shard:\n{process.stdout.read()}"
+            assert time.monotonic() < deadline, "rank 2 never got past its write"
+            time.sleep(0.05)
+        # Rank 2 wrote its shard and waits before the gather: the others wait in it.
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+        output, _ = process.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert process.returncode != 0, output
+    assert visible(tmp_path) == ["step", "step.dying", "worker.py"]
+    assert len(temporaries(tmp_path)) == 1, os.listdir(tmp_path)  # the killed save's temporary, not committed
+    mpirun(2, worker, "load", step, 7)
+    assert ckpt.load(step)["step"] == 7
+    # The next save at that path removes the temporary.
+    mpirun(2, worker, "save", step, 9)
+    assert temporaries(tmp_path) == []
+    mpirun(3, worker, "load", step, 9)
+
+
+@needs_mpi
+def test_an_error_on_one_rank_raises_on_every_rank(worker, tmp_path):
+    mpirun(2, worker, "bad", tmp_path / "bad", 1)
+    assert temporaries(tmp_path) == []
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torch_distributed_gloo_two_processes(worker, tmp_path):
+    step = tmp_path / "step"
+    env = _env()
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2", GLOO_SOCKET_IFNAME="lo")
+    processes = []
+    for rank in range(2):
+        processes.append(subprocess.Popen([sys.executable, str(worker), "gloo", str(step), "5"], env=dict(env, RANK=str(rank)),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True))
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=JOB_TIMEOUT)[0])
+    except subprocess.TimeoutExpired:
+        pytest.fail("the gloo job ran past its time")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.communicate()
+    for rank, process in enumerate(processes):
+        assert process.returncode == 0, f"rank {rank}:\n{outputs[rank]}"
+    g = global_state()
+    got = ckpt.load(step)
+    assert got["dt"].tobytes() == g["w"].tobytes()
+    assert got["dt_cols"].tobytes() == g["grid"].astype(np.int32).tobytes()
+    assert got["rep"].tobytes() == g["bias"].tobytes()
+    assert got["plain"].tobytes() == (g["bias"] * 2).tobytes()
+    keys = []
+    for k in (1, 2):
+        with safe_open(str(step / f"model-{k:05d}-of-00002.safetensors"), framework="np") as f:
+            keys.append(sorted(f.keys()))
+    # Replicated DTensor and plain tensor: once, by rank 0; sharded ones: a piece per rank.
+    assert [sum(key.startswith("__ckpt_piece__/rep/") for key in k) for k in keys] == [1, 0], keys
+    assert [k.count("plain") for k in keys] == [1, 0], keys
+    assert [sum(key.startswith("__ckpt_piece__/dt/") for key in k) for k in keys] == [1, 1], keys
+
+
+def test_shards_without_a_communicator_are_one_process(tmp_path):
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    ckpt.save(tmp_path / "one", {"w": ckpt.Shard((4, 3), (0, 0), w), "n": 1})
+    got = ckpt.load(tmp_path / "one", comm=None, boxes={"w": ((1, 1), (2, 2))})
+    assert got["w"].tobytes() == w[1:3, 1:3].tobytes()
+    with pytest.raises(ValueError):
+        ckpt.Shard((4,), (0, 0), w)
+    with pytest.raises(ValueError, match="cover|rank 0"):  # a box that leaves the tensor uncovered
+        ckpt.save(tmp_path / "gap", {"w": ckpt.Shard((5, 3), (0, 0), w)})
+    with pytest.raises(TypeError, match="comm="):
+        ckpt.save(tmp_path / "x", {"w": w}, comm=object())
+    with pytest.raises(ValueError, match="format"):
+        ckpt.save(tmp_path / "x.pt", {"w": ckpt.Shard((4, 3), (0, 0), w)}, format="torch")
