@@ -62,9 +62,10 @@ void check_communicator(const Communicator& comm, const fs::path& path) {
 
 }  // namespace
 
-void save_sharded(const fs::path& path, const Tree& local_tree, const std::map<std::string, ShardSpec>& shards,
+void save_sharded(const fs::path& given, const Tree& local_tree, const std::map<std::string, ShardSpec>& shards,
                   Communicator& comm, const SaveOptions& options) {
   using namespace distributed_detail;
+  const fs::path path = given.has_filename() ? given : given.parent_path();  // "out/" names "out"
   check_communicator(comm, path);
   const size_t rank = comm.rank();
   const size_t size = comm.size();

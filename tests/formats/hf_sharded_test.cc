@@ -96,6 +96,8 @@ TEST_F(HfShardedTest, WithoutAMaximumTheFormatWritesOneShard) {
   save(dir("one"), tree, {.format = "hf_sharded"});
   EXPECT_EQ(files(dir("one")), (std::vector<std::string>{"model-00001-of-00001.safetensors", kIndex}));
   EXPECT_TRUE(load(dir("one")) == tree);
+  save(dir("slash").string() + "/", tree, {.format = "hf_sharded"});  // as a shell completes a directory
+  EXPECT_TRUE(load(dir("slash").string() + "/") == tree);
   // safetensors without a maximum is one file, as ever.
   save(dir("file"), tree, {.format = "safetensors"});
   EXPECT_TRUE(fs::is_regular_file(dir("file")));
@@ -216,6 +218,10 @@ class PlainDirectoryTest : public HfShardedTest {
   static std::string index_with(const std::string& weight_map, const std::string& extra = "") {
     return "{" + extra + "\"metadata\": {\"total_size\": 42}, \"weight_map\": " + weight_map + "}";
   }
+  // The good weight_map and ckpt's record {"version": 1, FIELDS}.
+  static std::string with_record(const std::string& fields) {
+    return index_with(good_map(), "\"ckpt\": {\"version\": 1, " + fields + "},");
+  }
   static std::string good_map() {
     return R"({"a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors",
                "c": "model-00002-of-00002.safetensors"})";
@@ -293,47 +299,47 @@ TEST_F(PlainDirectoryTest, MalformedIndexesOneDefectAtATime) {
       {"record from the future", index_with(good_map(), "\"ckpt\": {\"version\": 99},"), {"99"},
        ErrorCode::kUnsupported},
       {"record without a version", index_with(good_map(), "\"ckpt\": {},"), {"ckpt"}},
-      {"tree not a string", index_with(good_map(), "\"ckpt\": {\"version\": 1, \"tree\": 5},"), {"ckpt.tree"}},
+      {"tree not a string", with_record("\"tree\": 5"), {"ckpt.tree"}},
       {"tree naming an unknown tensor",
-       index_with(good_map(), "\"ckpt\": {\"version\": 1, \"tree\": \"{\\\"map\\\":[[\\\"x\\\",{\\\"tensor\\\":\\\"x\\\"}]]}\"},"),
+       with_record(R"("tree": "{\"map\":[[\"x\",{\"tensor\":\"x\"}]]}")"),
        {"'x'", "does not list"}},
       {"tree leaving a tensor out",
-       index_with(good_map(), "\"ckpt\": {\"version\": 1, \"tree\": \"{\\\"map\\\":[[\\\"a\\\",{\\\"tensor\\\":\\\"a\\\"}]]}\"},"),
+       with_record(R"("tree": "{\"map\":[[\"a\",{\"tensor\":\"a\"}]]}")"),
        {"'b'", "leaves out"}},
-      {"slices not an object", index_with(good_map(), "\"ckpt\": {\"version\": 1, \"slices\": []},"), {"slices"}},
+      {"slices not an object", with_record("\"slices\": []"), {"slices"}},
       {"slice of an unknown dtype",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "F32", "shape": [2], "pieces": []}}},)"),
+       with_record(R"("slices": {"s": {"dtype": "F32", "shape": [2], "pieces": []}})"),
        {"ckpt.slices.s", "unknown dtype 'F32'"}},
       {"slice without pieces",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "float32", "shape": [2], "pieces": []}}},)"),
+       with_record(R"("slices": {"s": {"dtype": "float32", "shape": [2], "pieces": []}})"),
        {"ckpt.slices.s", "no pieces"}},
       {"piece of the wrong rank",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "float32", "shape": [2],
-           "pieces": [{"file": "x", "key": "k", "offsets": [0, 0], "sizes": [2, 1]}]}}},)"),
+       with_record(R"("slices": {"s": {"dtype": "float32", "shape": [2],
+           "pieces": [{"file": "x", "key": "k", "offsets": [0, 0], "sizes": [2, 1]}]}})"),
        {"ckpt.slices.s", "dimensions"}},
       {"piece file escaping",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "float32", "shape": [2],
-           "pieces": [{"file": "../x", "key": "k", "offsets": [0], "sizes": [2]}]}}},)"),
+       with_record(R"("slices": {"s": {"dtype": "float32", "shape": [2],
+           "pieces": [{"file": "../x", "key": "k", "offsets": [0], "sizes": [2]}]}})"),
        {"ckpt.slices.s", "../x"}},
       {"sliced tensor also whole",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"a": {"dtype": "int64", "shape": [2],
-           "pieces": [{"file": "model-00001-of-00002.safetensors", "key": "b", "offsets": [0], "sizes": [2]}]}}},)"),
+       with_record(R"("slices": {"a": {"dtype": "int64", "shape": [2],
+           "pieces": [{"file": "model-00001-of-00002.safetensors", "key": "b", "offsets": [0], "sizes": [2]}]}})"),
        {"ckpt.slices.a", "both"}},
       {"piece key that is a whole tensor",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "float32", "shape": [3],
-           "pieces": [{"file": "model-00001-of-00002.safetensors", "key": "b", "offsets": [0], "sizes": [3]}]}}},)"),
+       with_record(R"("slices": {"s": {"dtype": "float32", "shape": [3],
+           "pieces": [{"file": "model-00001-of-00002.safetensors", "key": "b", "offsets": [0], "sizes": [3]}]}})"),
        {"ckpt.slices.s", "'b'"}},
       {"piece missing from its shard",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "float32", "shape": [3],
-           "pieces": [{"file": "model-00001-of-00002.safetensors", "key": "nope", "offsets": [0], "sizes": [3]}]}}},)"),
+       with_record(R"("slices": {"s": {"dtype": "float32", "shape": [3],
+           "pieces": [{"file": "model-00001-of-00002.safetensors", "key": "nope", "offsets": [0], "sizes": [3]}]}})"),
        {"ckpt.slices.s", "'nope'"}},
       {"piece of another dtype",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "float64", "shape": [1],
-           "pieces": [{"file": "model-00002-of-00002.safetensors", "key": "orphan", "offsets": [0], "sizes": [1]}]}}},)"),
+       with_record(R"("slices": {"s": {"dtype": "float64", "shape": [1],
+           "pieces": [{"file": "model-00002-of-00002.safetensors", "key": "orphan", "offsets": [0], "sizes": [1]}]}})"),
        {"ckpt.slices.s", "uint8", "float64"}},
       {"piece of another shape",
-       index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "uint8", "shape": [2],
-           "pieces": [{"file": "model-00002-of-00002.safetensors", "key": "orphan", "offsets": [0], "sizes": [2]}]}}},)"),
+       with_record(R"("slices": {"s": {"dtype": "uint8", "shape": [2],
+           "pieces": [{"file": "model-00002-of-00002.safetensors", "key": "orphan", "offsets": [0], "sizes": [2]}]}})"),
        {"ckpt.slices.s", "shape"}},
   };
   for (const Case& c : cases) {
@@ -364,8 +370,11 @@ TEST_F(HfShardedTest, RanksWriteTheirShardsAndOneIndexDescribesThem) {
   };
   Tree whole0 = Tree::map();
   whole0.set("bias", random_tensor(DType::kFloat32, {3}, 6));
-  const std::vector<LocalPiece> pieces0 = {{.name = "w", .global_shape = {4, 3}, .offsets = {0, 0}, .data = rows(0, 1)}};
-  const std::vector<LocalPiece> pieces1 = {{.name = "w", .global_shape = {4, 3}, .offsets = {1, 0}, .data = rows(1, 3)}};
+  // Rank 0 holds row 0 of w (and bias), rank 1 rows 1 to 3.
+  const std::vector<LocalPiece> pieces0 = {
+      {.name = "w", .global_shape = {4, 3}, .offsets = {0, 0}, .data = rows(0, 1)}};
+  const std::vector<LocalPiece> pieces1 = {
+      {.name = "w", .global_shape = {4, 3}, .offsets = {1, 0}, .data = rows(1, 3)}};
   const std::vector<RankShard> ranks = {write_rank_shard(dir("run"), 0, 2, whole0, pieces0, {}),
                                         write_rank_shard(dir("run"), 1, 2, Tree::map(), pieces1, {})};
   EXPECT_EQ(ranks[0].file, "model-00001-of-00002.safetensors");
@@ -416,12 +425,14 @@ TEST_F(PlainDirectoryTest, PiecesThatDoNotTileTheirTensorAreCorrupt) {
   second.set("b2", random_tensor(DType::kUInt8, {2}, 8));
   save(dir("hf") / "model-00002-of-00002.safetensors", second, {.extras = false});
   auto with_pieces = [&](const std::string& shape, const std::string& pieces) {
-    return index_with(good_map(), R"("ckpt": {"version": 1, "slices": {"s": {"dtype": "uint8", "shape": )" + shape +
-                                      R"(, "pieces": [)" + pieces + "]}}},");
+    return with_record(R"("slices": {"s": {"dtype": "uint8", "shape": )" + shape + R"(, "pieces": [)" + pieces + "]}}");
   };
-  const std::string orphan = R"({"file": "model-00002-of-00002.safetensors", "key": "orphan", "offsets": [OFF], "sizes": [1]})";
-  const std::string b2 = R"({"file": "model-00002-of-00002.safetensors", "key": "b2", "offsets": [OFF], "sizes": [2]})";
-  auto at = [](std::string piece, int offset) { return piece.replace(piece.find("OFF"), 3, std::to_string(offset)); };
+  const std::string shard = R"({"file": "model-00002-of-00002.safetensors", )";
+  const std::string orphan = shard + R"("key": "orphan", "offsets": [OFF], "sizes": [1]})";
+  const std::string b2 = shard + R"("key": "b2", "offsets": [OFF], "sizes": [2]})";
+  auto at = [](std::string piece, int offset) {
+    return piece.replace(piece.find("OFF"), 3, std::to_string(offset));
+  };
   write_index(with_pieces("[3]", at(orphan, 0) + ", " + at(b2, 1)));
   EXPECT_EQ(load(dir("hf")).at("s").tensor().shape(), (Shape{3}));  // the good case
   struct Case {

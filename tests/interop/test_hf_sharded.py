@@ -86,8 +86,9 @@ def test_every_shard_opens_with_safe_open(tmp_path):
     state = bert(4).state_dict()
     out = tmp_path / "model"
     ckpt.save(out, state, max_shard_bytes=10_000)
-    with open(out / INDEX) as f:
-        index = json.load(f)
+    text = (out / INDEX).read_text()
+    index = json.loads(text)
+    assert text == json.dumps(index, indent=2, sort_keys=True) + "\n"  # ckpt's record too
     assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in state.values())
     seen = {}
     for shard in shards_of(out):
@@ -150,3 +151,54 @@ def test_index_is_byte_identical_to_huggingface_hubs(tmp_path):
     assert split.is_sharded
     index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
     assert (out / INDEX).read_text() == json.dumps(index, indent=2, sort_keys=True) + "\n"
+
+
+def test_the_index_file_and_open_name_the_directory_too(tmp_path):
+    state = bert(8).state_dict()
+    out = tmp_path / "model"
+    ckpt.save(out, state, max_shard_bytes=20_000)
+    assert_same_state(state, ckpt.load(out / INDEX, framework="torch"))
+    with ckpt.open(out, framework="torch") as f:
+        assert f.format == "hf_sharded"
+        assert set(f.keys()) == set(state)
+        name = "encoder.layer.1.attention.self.query.weight"
+        assert torch.equal(f.get(name), state[name])
+
+
+def test_sliced_tensors_written_by_another_writer(tmp_path):
+    """Issue 20's slice record, written here with safetensors' own writer:
+    two ranks' pieces of one global tensor, beside an ordinary tensor."""
+    from safetensors.torch import save_file
+    out = tmp_path / "sliced"
+    out.mkdir()
+    torch.manual_seed(9)
+    weight = torch.randn(6, 4)
+    bias = torch.randn(4)
+    files = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    save_file({"bias": bias, "__ckpt_piece__/w/0,0": weight[:2].contiguous()}, str(out / files[0]),
+              metadata={"format": "pt"})
+    save_file({"__ckpt_piece__/w/2,0": weight[2:].contiguous()}, str(out / files[1]), metadata={"format": "pt"})
+    index = {
+        "ckpt": {"version": 1, "slices": {"w": {"dtype": "float32", "shape": [6, 4], "pieces": [
+            {"file": files[0], "key": "__ckpt_piece__/w/0,0", "offsets": [0, 0], "sizes": [2, 4]},
+            {"file": files[1], "key": "__ckpt_piece__/w/2,0", "offsets": [2, 0], "sizes": [4, 4]}]}}},
+        "metadata": {"total_size": (weight.numel() + bias.numel()) * 4},
+        "weight_map": {"bias": files[0]},
+    }
+    (out / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    loaded = ckpt.load(out, framework="torch", verify=True)
+    assert list(loaded) == ["bias", "w"]
+    assert torch.equal(loaded["w"], weight) and torch.equal(loaded["bias"], bias)
+    part = ckpt.load(out, framework="torch", boxes={"w": ([1, 1], [3, 2])})
+    assert torch.equal(part["w"], weight[1:4, 1:3])
+    # Merged into one file: the global tensor, whole.
+    merged = tmp_path / "merged.safetensors"
+    ckpt.convert(out, merged)
+    assert torch.equal(load_file(merged)["w"], weight)
+    # transformers' loader sees only weight_map's tensors.
+    assert set(json.loads((out / INDEX).read_text())["weight_map"]) == {"bias"}
+    # Pieces that overlap: refused, naming the tensor.
+    index["ckpt"]["slices"]["w"]["pieces"][1]["offsets"] = [1, 0]
+    (out / INDEX).write_text(json.dumps(index))
+    with pytest.raises(ckpt.CorruptCheckpointError, match="ckpt.slices.w"):
+        ckpt.load(out)

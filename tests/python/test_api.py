@@ -697,7 +697,7 @@ def test_formats():
     assert formats["safetensors"]["nested_tree"] is True and formats["npz"]["nested_tree"] is False
     assert formats["torch"]["lists_and_int_keys"] is True and formats["flax"]["lists_and_int_keys"] is False
     assert formats["torch"]["metadata"] is True and formats["npz"]["metadata"] is False
-    assert formats["tf"]["shards"] is True and formats["safetensors"]["shards"] is False
+    assert formats["tf"]["shards"] is True and formats["npz"]["shards"] is False
     assert "bfloat16" in formats["safetensors"]["dtypes"] and "bfloat16" not in formats["npz"]["dtypes"]
     cli = json.loads(subprocess.run([CLI, "formats", "--json"], capture_output=True, check=True).stdout)
     assert cli["formats"] == ckpt.formats()

@@ -60,8 +60,8 @@ PieceRecord read_piece(element value, size_t ndim, const std::filesystem::path& 
   if (value.get_object().get(fields)) corrupt(path, entry, "a piece is not a JSON object");
   std::optional<element> file, key, offsets, sizes;
   const detail::BadDocument bad = [&](const std::string& message) { corrupt(path, entry, "a piece: " + message); };
-  detail::read_fields(fields, {{kFileField, &file}, {kKeyField, &key}, {kOffsetsField, &offsets}, {kSizesField, &sizes}},
-                      bad);
+  detail::read_fields(
+      fields, {{kFileField, &file}, {kKeyField, &key}, {kOffsetsField, &offsets}, {kSizesField, &sizes}}, bad);
   if (!file || !key || !offsets || !sizes) bad("needs \"file\", \"key\", \"offsets\" and \"sizes\"");
   PieceRecord piece;
   piece.file = read_file_name(*file, path, entry);
@@ -106,7 +106,10 @@ void read_record(element value, ShardIndex& index, const std::filesystem::path& 
   if (value.get_object().get(fields)) bad("ckpt's record is not a JSON object");
   std::optional<element> version, tree, slices, added;
   detail::read_fields(fields,
-                      {{kVersionField, &version}, {kTreeField, &tree}, {kSlicesField, &slices}, {kAddedMetadataField, &added}},
+                      {{kVersionField, &version},
+                       {kTreeField, &tree},
+                       {kSlicesField, &slices},
+                       {kAddedMetadataField, &added}},
                       bad);
   index.has_record = true;
   index.version = detail::read_version(version, kCkptVersion, "sharded index", {.path = path, .entry = entry}, bad);

@@ -109,7 +109,9 @@ class DirectoryReader {
   // Reads every shard that the index names (each once), in name order.
   void open_shards(const ShardIndex& index) {
     std::map<std::string, std::string> first_entry;  // file -> an entry naming it, for errors
-    for (const auto& [name, file] : index.weight_map) first_entry.emplace(file, std::string(kWeightMapKey) + "." + name);
+    for (const auto& [name, file] : index.weight_map) {
+      first_entry.emplace(file, std::string(kWeightMapKey) + "." + name);
+    }
     for (const SliceRecord& slice : index.slices) {
       for (const PieceRecord& piece : slice.pieces) {
         first_entry.emplace(piece.file, std::string(kCkptKey) + "." + std::string(kSlicesField) + "." + slice.name);

@@ -7,6 +7,7 @@
 
 #include "ckpt/error.h"
 #include "core/json_writer.h"
+#include "core/text.h"
 #include "formats/hf_sharded/layout.h"
 #include "formats/hf_sharded/reader.h"
 #include "formats/hf_sharded/slices.h"
@@ -42,13 +43,25 @@ SaveOptions shard_options(const SaveOptions& options) {
   return shard;
 }
 
+// The keys shard_options() adds to the caller's metadata.
+std::vector<std::string> added_metadata(const SaveOptions& options) {
+  if (options.metadata.count(std::string(kFormatMetadataKey))) return {};
+  return {std::string(kFormatMetadataKey)};
+}
+
+// For each leaf, the earlier leaf it is stored with (ties.h find_ties) where
+// the safetensors writer stores ties once (with extras); else none.
+std::vector<size_t> stored_ties(const std::vector<Tree::Leaf>& leaves, bool extras) {
+  return extras ? detail::find_ties(leaves) : std::vector<size_t>(leaves.size(), detail::kNotTied);
+}
+
 // Writes the flat map `tensors` (stored name -> tensor) as the shard `path`;
 // returns the bytes of tensor data it stores (tied tensors once with extras).
 uint64_t write_shard(const fs::path& path, const Tree& tensors, const SaveOptions& shard) {
   safetensors_detail::PlannedFile planned(tensors, shard);
   planned.write_file(path);
   const std::vector<Tree::Leaf> leaves = tensors.tensor_leaves();
-  const std::vector<size_t> ties = shard.extras ? detail::find_ties(leaves) : std::vector<size_t>(leaves.size(), detail::kNotTied);
+  const std::vector<size_t> ties = stored_ties(leaves, shard.extras);
   uint64_t bytes = 0;
   for (size_t i = 0; i < leaves.size(); ++i) {
     if (ties[i] == detail::kNotTied) bytes += leaves[i].value->tensor().nbytes();
@@ -80,7 +93,9 @@ std::vector<std::vector<size_t>> plan_shards(const std::vector<Tree::Leaf>& leav
       continue;
     }
     const uint64_t bytes = leaves[i].value->tensor().nbytes();
-    const bool full = max_shard_bytes > 0 && current > 0 && (bytes > max_shard_bytes - std::min(current, max_shard_bytes));
+    // current + bytes > max_shard_bytes, without overflow.
+    const bool full =
+        max_shard_bytes > 0 && current > 0 && bytes > max_shard_bytes - std::min(current, max_shard_bytes);
     if (shards.empty() || full) {
       shards.emplace_back();
       current = 0;
@@ -110,7 +125,8 @@ void check_target_directory(const fs::path& path) {
   }
 }
 
-void write_directory(const fs::path& path, const Tree& tree, const SaveOptions& options) {
+void write_directory(const fs::path& given, const Tree& tree, const SaveOptions& options) {
+  const fs::path path = given.has_filename() ? given : given.parent_path();  // "out/" names "out"
   // What the safetensors writer refuses of the tree as one file, it refuses
   // here (no tensor bytes are touched by planning).
   {
@@ -120,8 +136,7 @@ void write_directory(const fs::path& path, const Tree& tree, const SaveOptions& 
   }
   const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
   for (const Tree::Leaf& leaf : leaves) refuse_piece_prefix(leaf.name);
-  const std::vector<size_t> ties =
-      options.extras ? detail::find_ties(leaves) : std::vector<size_t>(leaves.size(), detail::kNotTied);
+  const std::vector<size_t> ties = stored_ties(leaves, options.extras);
   const std::vector<std::vector<size_t>> shards = plan_shards(leaves, ties, options.max_shard_bytes);
   check_target_directory(path);
 
@@ -143,7 +158,7 @@ void write_directory(const fs::path& path, const Tree& tree, const SaveOptions& 
     index.has_record = true;
     index.version = kCkptVersion;
     index.tree = skeleton(tree);
-    if (!options.metadata.count(std::string(kFormatMetadataKey))) index.added_metadata = {std::string(kFormatMetadataKey)};
+    index.added_metadata = added_metadata(options);
   }
   write_index_file(directory.path() / kIndexFile, index, options);
   directory.commit();
@@ -190,6 +205,13 @@ void write_sharded_index(const fs::path& directory, std::span<const RankShard> r
   std::set<std::string> whole;
   std::map<std::string, size_t> slice_of;  // name -> position in index.slices
   for (const RankShard& rank : ranks) {
+    if (!is_shard_file_name(rank.file) || !detail::valid_utf8(rank.file)) invalid("bad shard file name", rank.file);
+    for (const std::string& name : rank.tensors) {
+      if (!detail::valid_utf8(name)) invalid("a tensor name is not valid UTF-8");
+    }
+    for (const SliceRecord& piece : rank.pieces) {
+      if (!detail::valid_utf8(piece.name)) invalid("a tensor name is not valid UTF-8");
+    }
     *index.total_size += rank.nbytes;
     for (const std::string& name : rank.tensors) {
       if (!whole.insert(name).second) invalid("two ranks wrote the tensor", name);
@@ -219,7 +241,7 @@ void write_sharded_index(const fs::path& directory, std::span<const RankShard> r
   }
   index.has_record = true;
   index.version = kCkptVersion;
-  if (!options.metadata.count(std::string(kFormatMetadataKey))) index.added_metadata = {std::string(kFormatMetadataKey)};
+  index.added_metadata = added_metadata(options);
   if (tree != nullptr) {
     std::set<std::string> names = whole;
     for (const SliceRecord& slice : index.slices) names.insert(slice.name);

@@ -80,7 +80,8 @@ RankShard write_rank_shard(const std::filesystem::path& directory, size_t rank, 
 // when `tree` is given, its skeleton (its tensor leaves' names must be those
 // of the whole and sharded tensors). Index metadata: total_size (the sum of
 // the ranks' nbytes).
-// Throws Error{kInvalidArgument} if a whole tensor is listed by two ranks or
+// Throws Error{kInvalidArgument} if a file name is not a plain one or a name
+// not valid UTF-8, if a whole tensor is listed by two ranks or
 // is also sharded, the pieces of one tensor disagree on dtype or global
 // shape, leave its bounds, overlap or do not cover it, or `tree` names other
 // tensors; {kIo} from the file system.
