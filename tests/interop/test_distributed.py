@@ -324,3 +324,35 @@ def test_shards_without_a_communicator_are_one_process(tmp_path):
         ckpt.save(tmp_path / "x", {"w": w}, comm=object())
     with pytest.raises(ValueError, match="format"):
         ckpt.save(tmp_path / "x.pt", {"w": ckpt.Shard((4, 3), (0, 0), w)}, format="torch")
+
+
+JAX_WORKER = textwrap.dedent('''
+    import sys
+    import numpy as np
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from mpi4py import MPI
+    import ckpt
+    assert len(jax.devices()) == 4, jax.devices()
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    arr = jax.device_put(jnp.asarray(x), NamedSharding(mesh, PartitionSpec("a", "b")))
+    assert len(arr.addressable_shards) == 4
+    ckpt.save(sys.argv[1], {"x": arr, "n": 3}, comm=MPI.COMM_SELF)
+    got = ckpt.load(sys.argv[1], comm=MPI.COMM_SELF, boxes={"x": ((2, 3), (4, 3))})
+    assert got["x"].tobytes() == x[2:6, 3:6].tobytes()
+    assert got["n"] == 3
+''')
+
+
+def test_a_jax_array_sharded_over_devices_of_one_process(tmp_path):
+    pytest.importorskip("jax")
+    script = tmp_path / "jax_worker.py"
+    script.write_text(JAX_WORKER)
+    env = _env()
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    env["JAX_PLATFORMS"] = "cpu"
+    code, output = bounded([sys.executable, str(script), str(tmp_path / "step")], env=env)
+    assert code == 0, output
+    assert ckpt.load(tmp_path / "step")["x"].tobytes() == np.arange(48, dtype=np.float32).reshape(8, 6).tobytes()
