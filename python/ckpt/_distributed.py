@@ -97,11 +97,20 @@ class _TorchGroup:
         self.dist.barrier(group=self.group)
 
 
+_ADAPTER_METHODS = ("all_gather", "broadcast", "barrier")
+
+
 def communicator(comm: Any) -> Any:
     """The adapter for ``comm``: None (one process), an mpi4py communicator,
-    or a torch.distributed ProcessGroup. Raises TypeError otherwise."""
+    a torch.distributed ProcessGroup, or an object that already is one (int
+    attributes ``rank`` and ``size``; ``all_gather(bytes) -> [bytes per
+    rank]``, ``broadcast(bytes, root) -> bytes``, ``barrier()``: another
+    engine's collectives). Raises TypeError otherwise."""
     if comm is None:
         return _OneProcess()
+    if all(callable(getattr(comm, name, None)) for name in _ADAPTER_METHODS) and \
+            isinstance(getattr(comm, "rank", None), int) and isinstance(getattr(comm, "size", None), int):
+        return comm
     if hasattr(comm, "Get_rank") and hasattr(comm, "allgather") and hasattr(comm, "bcast"):
         return _Mpi4py(comm)
     dist = sys.modules.get("torch.distributed")

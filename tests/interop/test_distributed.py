@@ -92,7 +92,7 @@ WORKER = textwrap.dedent('''
             import datetime
             import torch
             import torch.distributed as dist
-            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=int(os.environ.get("GLOO_TIMEOUT", "60"))))
             comm = dist.group.WORLD
             rank, size = dist.get_rank(), dist.get_world_size()
         else:
@@ -119,6 +119,31 @@ WORKER = textwrap.dedent('''
             else:
                 sys.exit("saved a shard outside its tensor")
             assert not os.path.exists(path)
+        elif mode == "gloo-save":
+            ckpt.save(path, {"w": ckpt.Shard((10, 3), (5 * rank, 0), global_state()["w"][5 * rank:5 * rank + 5]),
+                             "step": step}, comm=comm)
+            dist.barrier()
+            dist.destroy_process_group()
+        elif mode == "gloo-die":
+            adapter = ckpt._distributed.communicator(comm)
+            class DyingGroup:  # rank 1: stops after writing its shard, until killed
+                rank, size, calls = adapter.rank, adapter.size, 0
+                def barrier(self): adapter.barrier()
+                def broadcast(self, data, root): return adapter.broadcast(data, root)
+                def all_gather(self, data):
+                    DyingGroup.calls += 1
+                    if DyingGroup.calls == 2:
+                        open(path + ".dying", "w").write(str(os.getpid()))
+                        time.sleep(600)
+                    return adapter.all_gather(data)
+            use = DyingGroup() if rank == 1 else comm
+            try:
+                ckpt.save(path, {"w": ckpt.Shard((10, 3), (5 * rank, 0), global_state()["w"][5 * rank:5 * rank + 5]),
+                                 "step": step}, comm=use)
+            except Exception as error:  # the engine's own error (gloo: the peer is gone, or the timeout)
+                print("rank", rank, "raised", type(error).__name__, error, flush=True)
+                sys.exit(3)
+            sys.exit("the save went through without the dying rank")
         elif mode == "gloo":
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -273,15 +298,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_torch_distributed_gloo_two_processes(worker, tmp_path):
-    step = tmp_path / "step"
+def gloo_start(worker, *args, timeout_s=60):
+    """Starts 2 worker processes of one gloo group on 127.0.0.1 (a free port)."""
     env = _env()
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2", GLOO_SOCKET_IFNAME="lo")
-    processes = []
-    for rank in range(2):
-        processes.append(subprocess.Popen([sys.executable, str(worker), "gloo", str(step), "5"], env=dict(env, RANK=str(rank)),
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                          start_new_session=True))
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="2", GLOO_SOCKET_IFNAME="lo",
+               GLOO_TIMEOUT=str(timeout_s))
+    return [subprocess.Popen([sys.executable, str(worker), *map(str, args)], env=dict(env, RANK=str(rank)),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            for rank in range(2)]
+
+
+def gloo_finish(processes):
+    """Waits for the processes (bounded; killed with their groups); returns their outputs."""
     outputs = []
     try:
         for process in processes:
@@ -293,6 +321,13 @@ def test_torch_distributed_gloo_two_processes(worker, tmp_path):
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.communicate()
+    return outputs
+
+
+def test_torch_distributed_gloo_two_processes(worker, tmp_path):
+    step = tmp_path / "step"
+    processes = gloo_start(worker, "gloo", step, 5)
+    outputs = gloo_finish(processes)
     for rank, process in enumerate(processes):
         assert process.returncode == 0, f"rank {rank}:\n{outputs[rank]}"
     g = global_state()
@@ -309,6 +344,32 @@ def test_torch_distributed_gloo_two_processes(worker, tmp_path):
     assert [sum(key.startswith("__ckpt_piece__/rep/") for key in k) for k in keys] == [1, 0], keys
     assert [k.count("plain") for k in keys] == [1, 0], keys
     assert [sum(key.startswith("__ckpt_piece__/dt/") for key in k) for k in keys] == [1, 1], keys
+
+
+def test_a_gloo_rank_killed_mid_save_commits_nothing(worker, tmp_path):
+    step = tmp_path / "step"
+    processes = gloo_start(worker, "gloo-save", step, 7)
+    outputs = gloo_finish(processes)
+    assert [p.returncode for p in processes] == [0, 0], outputs
+    marker = pathlib.Path(str(step) + ".dying")
+    processes = gloo_start(worker, "gloo-die", step, 8, timeout_s=20)
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not marker.exists() or not marker.read_text():
+            assert processes[1].poll() is None, "rank 1 ended before it wrote its shard"
+            assert time.monotonic() < deadline, "rank 1 never got past its write"
+            time.sleep(0.05)
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+    finally:
+        outputs = gloo_finish(processes)
+    # Rank 0 hears of it from gloo (the peer is gone, or the group's timeout):
+    # an exception, no hang, and its temporary removed on the way out.
+    assert processes[0].returncode == 3, outputs[0]
+    assert processes[1].returncode == -signal.SIGKILL
+    assert visible(tmp_path) == ["step", "step.dying", "worker.py"]
+    assert temporaries(tmp_path) == [], os.listdir(tmp_path)
+    assert ckpt.load(step)["step"] == 7
+    assert ckpt.load(step)["w"].tobytes() == global_state()["w"].tobytes()
 
 
 def test_shards_without_a_communicator_are_one_process(tmp_path):
