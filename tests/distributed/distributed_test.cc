@@ -17,6 +17,7 @@
 #include "distributed/wire.h"
 #include "formats/hf_sharded/layout.h"
 #include "io/atomic_directory.h"
+#include "support/peak_memory.h"
 #include "support/random_tensor.h"
 #include "support/temp_dir.h"
 
@@ -352,6 +353,26 @@ TEST_F(DistributedTest, ALoadThatFailsOnOneRankFailsOnAll) {
     ASSERT_TRUE(error);
     EXPECT_EQ(error->code(), ErrorCode::kNotFound) << error->what();
   }
+}
+
+TEST_F(DistributedTest, ALoadedBoxCostsTheMemoryOfTheBoxNotOfTheTensor) {
+  // 128 MiB saved by 4 ranks in pieces of 32 MiB (512 rows of 64 KiB each).
+  const Tensor big = random_tensor(DType::kFloat32, {2048, 16384}, 9);
+  expect_all_ok(run_ranks(4, [&](Communicator& comm) {
+    const Box rows{.offsets = {int64_t(comm.rank()) * 512, 0}, .sizes = {512, 16384}};
+    Tree tree = Tree::map();
+    tree.set("big", read_box(big, rows));
+    save_sharded(temp / "big", tree, {{"big", {.global_shape = {2048, 16384}, .offsets = rows.offsets}}}, comm,
+                 {.fsync = false});
+  }));
+  // 16 MiB of it, inside one piece: the copy and the mapped pages it reads.
+  const Box box{.offsets = {600, 0}, .sizes = {256, 16384}};
+  const uint64_t before = testing::reset_peak_rss();
+  Tree mine;
+  expect_all_ok(run_ranks(1, [&](Communicator& comm) { mine = load_sharded(temp / "big", {{"big", box}}, comm); }));
+  const uint64_t grown = testing::peak_rss_bytes() - before;
+  EXPECT_LT(grown, 48 * testing::kMiB) << "a 16 MiB box of a 128 MiB tensor";
+  EXPECT_TRUE(mine.at("big").tensor().equals(read_box(big, box)));
 }
 
 TEST(ThreadGroupTest, GathersAndBroadcastsInRankOrder) {
