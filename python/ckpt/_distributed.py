@@ -1,7 +1,7 @@
 """Sharded saves across processes (issue 20; docs/distributed.md).
 
 ``ckpt.save(path, state, comm=comm)`` where leaves may be ``ckpt.Shard``,
-torch ``DTensor`` or jax ``Array``: every rank writes the shard file of what
+torch ``DTensor`` / ``ShardedTensor`` or jax ``Array``: every rank writes the shard file of what
 it holds, rank 0 the index, committed together (a rank that fails fails
 every rank; one that dies leaves nothing committed). ``ckpt.load(path,
 comm=comm, boxes={name: (offsets, sizes)})`` gives each rank its boxes on any
@@ -126,6 +126,21 @@ def _is_dtensor(value: Any) -> bool:
     return type(value).__name__ == "DTensor" and type(value).__module__.startswith("torch.distributed")
 
 
+def _is_sharded_tensor(value: Any) -> bool:
+    return type(value).__name__ == "ShardedTensor" and type(value).__module__.startswith("torch.distributed")
+
+
+def _from_sharded_tensor(value: Any) -> Shard:
+    local = value.local_shards()
+    if len(local) != 1:
+        raise ValueError(f"ckpt: a ShardedTensor with {len(local)} local shards on this rank cannot be saved yet "
+                         "(one box per tensor and rank)")
+    tensor = local[0].tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    return Shard(tuple(value.size()), tuple(local[0].metadata.shard_offsets), tensor.contiguous())
+
+
 def _is_jax_array(value: Any) -> bool:
     return type(value).__module__.startswith("jax") and hasattr(value, "addressable_shards") \
         and hasattr(value, "sharding")
@@ -167,31 +182,46 @@ def split_state(state: Any) -> Tuple[Any, Dict[str, Tuple[List[int], List[int]]]
     shards by dotted name: ``{name: (global_shape, offsets)}``."""
     shards: Dict[str, Tuple[List[int], List[int]]] = {}
 
+    on_path: set = set()  # the containers being walked: a cycle is left to the core to refuse
+
     def walk(value: Any, name: str) -> Any:
         if _is_dtensor(value):
             value = _from_dtensor(value)
+        elif _is_sharded_tensor(value):
+            value = _from_sharded_tensor(value)
         elif _is_jax_array(value):
             value = _from_jax_array(value)
         if isinstance(value, Shard):
             shards[name] = (list(value.global_shape), list(value.offsets))
             return value.local_tensor
-        if isinstance(value, dict):
-            return {key: walk(item, _join(name, key)) for key, item in value.items()}
-        if type(value) in (list, tuple):
+        if not (isinstance(value, dict) or type(value) in (list, tuple)) or id(value) in on_path:
+            return value
+        on_path.add(id(value))
+        try:
+            if isinstance(value, dict):
+                return {key: walk(item, _join(name, key)) for key, item in value.items()}
             return type(value)(walk(item, _join(name, i)) for i, item in enumerate(value))
-        return value
+        finally:
+            on_path.discard(id(value))
 
     return walk(state, ""), shards
 
 
-def has_shards(state: Any) -> bool:
-    if isinstance(state, Shard) or _is_dtensor(state):
+def has_shards(state: Any, on_path: Optional[set] = None) -> bool:
+    """Whether a leaf of ``state`` is a shard (a cycle is no shard: the core refuses it)."""
+    if isinstance(state, Shard) or _is_dtensor(state) or _is_sharded_tensor(state):
         return True
-    if isinstance(state, dict):
-        return any(has_shards(item) for item in state.values())
-    if type(state) in (list, tuple):
-        return any(has_shards(item) for item in state)
-    return False
+    if not (isinstance(state, dict) or type(state) in (list, tuple)):
+        return False
+    on_path = set() if on_path is None else on_path
+    if id(state) in on_path:
+        return False
+    on_path.add(id(state))
+    try:
+        items = state.values() if isinstance(state, dict) else state
+        return any(has_shards(item, on_path) for item in items)
+    finally:
+        on_path.discard(id(state))
 
 
 def save(path: str, state: Any, comm: Any, *, metadata: Optional[Mapping[str, str]], extras: bool, checksum: str,

@@ -6,7 +6,8 @@ shard files' keys, read with safetensors.safe_open); a rank SIGKILLed
 between its write and the gather leaves the previous checkpoint intact and
 no new step directory, and the next save removes its temporary; an error
 on one rank raises on every rank. torch.distributed on gloo (127.0.0.1, a
-free port, 2 processes): DTensor, ckpt.Shard and replicated leaves. Every
+free port, 2 processes): DTensor, ShardedTensor, ckpt.Shard and replicated
+leaves; a rank SIGKILLed mid-save. A jax Array over 4 CPU devices. Every
 job is bounded in time; a hung one is killed with its process group.
 """
 
@@ -67,6 +68,21 @@ WORKER = textwrap.dedent('''
         assert got["model"]["grid"].tobytes() == g["grid"][rb:rb + rc].tobytes(), "grid differs"
         assert got["model"]["bias"].tobytes() == g["bias"].tobytes(), "bias differs"
         assert got["step"] == step, got["step"]
+
+    def sharded_tensor(array, size):
+        """A torch ShardedTensor of `array`, split by rows over the ranks."""
+        import warnings
+        import torch
+        import torch.distributed as dist
+        warnings.simplefilter("ignore")
+        from torch.distributed._shard import sharded_tensor as st
+        from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+        spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(size)])
+        out = st.empty(spec, *array.shape, dtype=torch.float32)
+        shard = out.local_shards()[0]
+        begin = shard.metadata.shard_offsets[0]
+        shard.tensor.copy_(torch.from_numpy(array[begin:begin + shard.tensor.shape[0]]))
+        return out
 
     class Dying:
         """mpi4py's communicator, but this rank stops after writing its shard
@@ -153,6 +169,7 @@ WORKER = textwrap.dedent('''
                      "dt_cols": distribute_tensor(torch.from_numpy(g["grid"].astype(np.int32)), mesh, [Shard(1)]),
                      "rep": distribute_tensor(torch.from_numpy(g["bias"]), mesh, [Replicate()]),
                      "plain": torch.from_numpy(g["bias"]) * 2,
+                     "st": sharded_tensor(g["w"], size),
                      "step": step}
             ckpt.save(path, state, comm=comm)
             b, c = share(10, rank, size)
@@ -160,6 +177,7 @@ WORKER = textwrap.dedent('''
             assert got["dt"].numpy().tobytes() == g["w"][b:b + c].tobytes(), "dt differs"
             assert got["dt_cols"].numpy().tobytes() == g["grid"].astype(np.int32).tobytes(), "dt_cols differs"
             assert got["rep"].numpy().tobytes() == g["bias"].tobytes(), "rep differs"
+            assert got["st"].numpy().tobytes() == g["w"].tobytes(), "st differs"
             assert got["step"] == step
             dist.barrier()
             dist.destroy_process_group()
@@ -336,6 +354,7 @@ def test_torch_distributed_gloo_two_processes(worker, tmp_path):
     assert got["dt_cols"].tobytes() == g["grid"].astype(np.int32).tobytes()
     assert got["rep"].tobytes() == g["bias"].tobytes()
     assert got["plain"].tobytes() == (g["bias"] * 2).tobytes()
+    assert got["st"].tobytes() == g["w"].tobytes()
     keys = []
     for k in (1, 2):
         with safe_open(str(step / f"model-{k:05d}-of-00002.safetensors"), framework="np") as f:
@@ -344,6 +363,7 @@ def test_torch_distributed_gloo_two_processes(worker, tmp_path):
     assert [sum(key.startswith("__ckpt_piece__/rep/") for key in k) for k in keys] == [1, 0], keys
     assert [k.count("plain") for k in keys] == [1, 0], keys
     assert [sum(key.startswith("__ckpt_piece__/dt/") for key in k) for k in keys] == [1, 1], keys
+    assert [sum(key.startswith("__ckpt_piece__/st/") for key in k) for k in keys] == [1, 1], keys
 
 
 def test_a_gloo_rank_killed_mid_save_commits_nothing(worker, tmp_path):
