@@ -4,6 +4,7 @@
 //   ckpt_mpi_sharded_check save DIR STEP      save the global state (step STEP) split over the ranks
 //   ckpt_mpi_sharded_check load DIR STEP      load this rank's boxes, compare bit for bit
 //   ckpt_mpi_sharded_check die DIR STEP RANK  save, rank RANK SIGKILLs itself after writing its shard
+//   ckpt_mpi_sharded_check collectives - 0     MpiCommunicator's collectives alone
 //
 // The global state is the same on every run (seeded), so any number of ranks
 // can check what any other number saved. Exit 0 on success; 1 with a line
@@ -111,6 +112,26 @@ int check_load(const std::string& dir, int64_t step, Communicator& comm) {
   return 0;
 }
 
+// Messages of every length from 0 (rank 0's) up, broadcasts from every root.
+int check_collectives(Communicator& comm) {
+  const std::vector<std::string> all = comm.all_gather(std::string(comm.rank() * 1000, char('a' + comm.rank())));
+  if (all.size() != comm.size()) return fail(comm, "all_gather gave " + std::to_string(all.size()) + " messages");
+  for (size_t r = 0; r < comm.size(); ++r) {
+    if (all[r] != std::string(r * 1000, char('a' + r))) return fail(comm, "rank " + std::to_string(r) + "'s message");
+  }
+  for (size_t root = 0; root < comm.size(); ++root) {
+    const std::string got = comm.broadcast(comm.rank() == root ? "from " + std::to_string(root) : "ignored", root);
+    if (got != "from " + std::to_string(root)) return fail(comm, "broadcast from " + std::to_string(root) + ": " + got);
+  }
+  comm.barrier();
+  try {
+    comm.broadcast("", comm.size());
+    return fail(comm, "a broadcast from a rank past the end");
+  } catch (const Error&) {
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   if (argc < 4) return fail(comm, "usage: save|load|die DIR STEP [RANK]");
@@ -123,6 +144,7 @@ int run(int argc, char** argv) {
       return 0;
     }
     if (mode == "load") return check_load(dir, step, comm);
+    if (mode == "collectives") return check_collectives(comm);
     if (mode == "die" && argc >= 5) {
       const size_t dying = std::strtoul(argv[4], nullptr, 10);
       if (comm.rank() != dying) {

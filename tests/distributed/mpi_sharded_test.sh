@@ -14,6 +14,7 @@ mpi() {  # mpi NP ARGS...: one bounded mpirun
 }
 fail() { echo "mpi_sharded_test: $*" >&2; exit 1; }
 
+for np in 1 2 3 4; do mpi "$np" collectives - 0 || fail "collectives on $np ranks"; done
 mpi 4 save "$dir/four" 7
 for np in 1 2 3; do mpi "$np" load "$dir/four" 7 || fail "4 -> $np ranks"; done
 for np in 1 2; do
