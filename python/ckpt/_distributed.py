@@ -207,21 +207,50 @@ def split_state(state: Any) -> Tuple[Any, Dict[str, Tuple[List[int], List[int]]]
     return walk(state, ""), shards
 
 
-def has_shards(state: Any, on_path: Optional[set] = None) -> bool:
-    """Whether a leaf of ``state`` is a shard (a cycle is no shard: the core refuses it)."""
-    if isinstance(state, Shard) or _is_dtensor(state) or _is_sharded_tensor(state):
-        return True
-    if not (isinstance(state, dict) or type(state) in (list, tuple)):
-        return False
-    on_path = set() if on_path is None else on_path
-    if id(state) in on_path:
-        return False
-    on_path.add(id(state))
-    try:
-        items = state.values() if isinstance(state, dict) else state
-        return any(has_shards(item, on_path) for item in items)
-    finally:
-        on_path.discard(id(state))
+_LEAF, _CONTAINER, _SHARD = 0, 1, 2
+_KIND_OF_TYPE: Dict[type, int] = {}  # what has_shards decided for each type it met
+
+
+def _kind_of(kind: type) -> int:
+    found = _KIND_OF_TYPE.get(kind)
+    if found is None:
+        if issubclass(kind, Shard) or (kind.__name__ in ("DTensor", "ShardedTensor")
+                                       and kind.__module__.startswith("torch.distributed")):
+            found = _SHARD
+        elif issubclass(kind, dict) or kind is list or kind is tuple:
+            found = _CONTAINER
+        else:
+            found = _LEAF
+        _KIND_OF_TYPE[kind] = found
+    return found
+
+
+def has_shards(state: Any) -> bool:
+    """Whether a leaf of ``state`` is a shard. Cheap (every save asks): one
+    lookup by type per leaf; a container met twice (a cycle, or shared) is
+    walked once, and the core refuses cycles as before."""
+    stack = [state]
+    seen = set()
+    kinds = _KIND_OF_TYPE
+    while stack:
+        container = stack.pop()
+        kind = kinds.get(type(container))
+        if kind is None:
+            kind = _kind_of(type(container))
+        if kind == _SHARD:
+            return True
+        if kind == _LEAF or id(container) in seen:
+            continue
+        seen.add(id(container))
+        for value in (container.values() if isinstance(container, dict) else container):
+            kind = kinds.get(type(value))
+            if kind is None:
+                kind = _kind_of(type(value))
+            if kind == _SHARD:
+                return True
+            if kind == _CONTAINER:
+                stack.append(value)
+    return False
 
 
 def save(path: str, state: Any, comm: Any, *, metadata: Optional[Mapping[str, str]], extras: bool, checksum: str,
