@@ -179,6 +179,11 @@ WORKER = textwrap.dedent('''
             assert got["rep"].numpy().tobytes() == g["bias"].tobytes(), "rep differs"
             assert got["st"].numpy().tobytes() == g["w"].tobytes(), "st differs"
             assert got["step"] == step
+            # A group of rank 1 alone: its rank 0 is global rank 1.
+            sub = dist.new_group([1])
+            if rank == 1:
+                ckpt.save(path + "-sub", {"w": ckpt.Shard((10, 3), (0, 0), torch.from_numpy(g["w"]))}, comm=sub)
+                assert ckpt.load(path + "-sub", comm=sub)["w"].tobytes() == g["w"].tobytes()
             dist.barrier()
             dist.destroy_process_group()
         else:
@@ -364,6 +369,7 @@ def test_torch_distributed_gloo_two_processes(worker, tmp_path):
     assert [k.count("plain") for k in keys] == [1, 0], keys
     assert [sum(key.startswith("__ckpt_piece__/dt/") for key in k) for k in keys] == [1, 1], keys
     assert [sum(key.startswith("__ckpt_piece__/st/") for key in k) for k in keys] == [1, 1], keys
+    assert visible(tmp_path / "step-sub") == ["model-00001-of-00001.safetensors", "model.safetensors.index.json"]
 
 
 def test_a_gloo_rank_killed_mid_save_commits_nothing(worker, tmp_path):
