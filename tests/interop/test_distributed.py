@@ -6,9 +6,10 @@ shard files' keys, read with safetensors.safe_open); a rank SIGKILLed
 between its write and the gather leaves the previous checkpoint intact and
 no new step directory, and the next save removes its temporary; an error
 on one rank raises on every rank. torch.distributed on gloo (127.0.0.1, a
-free port): save on 4 processes, load on 1, 2 and 3; on 2 processes: DTensor, ShardedTensor, ckpt.Shard and replicated
-leaves; a rank SIGKILLed mid-save. A jax Array over 4 CPU devices. Every
-job is bounded in time; a hung one is killed with its process group.
+free port): save on 4 processes, load on 1, 2 and 3; on 2 processes:
+DTensor, ShardedTensor, ckpt.Shard and replicated leaves, a subgroup, a
+rank SIGKILLed mid-save. A jax Array over 4 CPU devices. Every job is
+bounded in time; a hung one is killed with its process group.
 """
 
 import json
