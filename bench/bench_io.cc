@@ -179,10 +179,12 @@ void run(const Workload& w, const std::filesystem::path& dir, int repeats, unsig
 
 int bench_file_main(int argc, char** argv);
 int bench_manager_main(int argc, char** argv);
+int bench_huge_pages_main(int argc, char** argv);
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "file") return bench_file_main(argc, argv);
   if (argc >= 2 && std::string(argv[1]) == "manager") return bench_manager_main(argc, argv);
+  if (argc >= 2 && std::string(argv[1]) == "huge-pages") return bench_huge_pages_main(argc, argv);
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "ckpt-bench";
   int repeats = 3;
   double gib = 1.0;

@@ -102,13 +102,24 @@ struct SaveOptions {
   // reference writers' (for safetensors: huggingface's `safetensors`).
   bool extras = true;
   ChecksumKind checksum = ChecksumKind::kXxh3;
+  // Per-tensor checksums the caller has computed already, of kind
+  // `checksum` as checksum_hex() gives them, by leaf name (as
+  // Tree::tensor_leaves() names the leaves): a writer that stores
+  // per-tensor checksums (ckpt's safetensors) takes a tensor's from here
+  // instead of reading its bytes for it. The caller vouches for them (the
+  // manager passes those of the digest it has just computed over a snapshot
+  // nothing else can change); a wrong one is stored as given and fails the
+  // tensor's verification later. Null: none.
+  std::shared_ptr<const std::map<std::string, std::string>> known_checksums;
   Metadata metadata;
   // fsync the file and its directory before the rename / after it.
   bool fsync = true;
   // Threads for the positioned writes; 0 picks min(hardware threads, 4).
   unsigned threads = 0;
   // 0: one shard. Formats that split a checkpoint into data shards
-  // (FormatCapabilities::shards; TF bundles: PREFIX.data-0000K-of-0000N)
+  // (FormatCapabilities::shards; TF bundles: PREFIX.data-0000K-of-0000N;
+  // safetensors and hf_sharded: the directory PATH of Hugging Face's
+  // model-0000K-of-0000N.safetensors + model.safetensors.index.json)
   // start a new shard before a tensor would take the current one past this
   // many bytes; a tensor of more bytes gets a shard of its own. Shards hold
   // whole tensors, in the writer's order. Formats without the capability
@@ -137,7 +148,7 @@ struct FormatCapabilities {
   bool single_tensor = false;   // holds exactly one tensor (npy)
   bool metadata = false;        // keeps SaveOptions::metadata
   // The writer splits a checkpoint into data shards by
-  // SaveOptions::max_shard_bytes (TF bundles).
+  // SaveOptions::max_shard_bytes (TF bundles; safetensors, hf_sharded).
   bool shards = false;
   // Keeps two leaves whose dotted names are one ({"a.b": x, "a": {"b": y}})
   // apart, so that both read back; without it, saving such a tree throws

@@ -10,13 +10,15 @@
 #include <string>
 
 #include "ckpt/error.h"
+#include "core/huge_pages.h"
 
 namespace ckpt {
 namespace {
 
 constexpr size_t kHeapAlignment = 64;
-// Blocks this large are 2 MiB aligned and asked to be backed by huge pages:
-// 512 times fewer page faults when a large tensor is first written.
+// Blocks this large are 2 MiB aligned and, where huge pages are free (see
+// core/huge_pages.h), asked to be backed by them: 512 times fewer page
+// faults when a large tensor is first written.
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugeFrom = size_t{8} << 20;
 
@@ -65,7 +67,9 @@ class HeapStorage final : public Storage {
     }
     data_ = static_cast<std::byte*>(std::aligned_alloc(alignment, rounded == 0 ? alignment : rounded));
     if (data_ == nullptr) refuse(size, "the system refused (out of memory)");
-    if (alignment == kHugePage) ::madvise(data_, rounded, MADV_HUGEPAGE);  // advice only; failure is harmless
+    if (alignment == kHugePage && detail::advise_huge_pages_now(rounded)) {
+      ::madvise(data_, rounded, MADV_HUGEPAGE);  // advice only; failure is harmless
+    }
     if (zeroed) std::memset(data_, 0, size);
   }
   ~HeapStorage() override {

@@ -251,7 +251,12 @@ struct Manager::Impl {
     const unsigned threads = job.options.blocking ? 0 : 1;
     const auto commit_part = [&](size_t i) {
       PartDone done;
-      if (options.dedup) done.digest = detail::state_digest(job.parts[i].state, threads);
+      std::shared_ptr<const std::map<std::string, std::string>> checksums;
+      if (options.dedup) {
+        detail::StateDigest digest = detail::state_digest(job.parts[i].state, threads);
+        done.digest = std::move(digest.hex);
+        checksums = std::move(digest.checksums);
+      }
       if (!done.digest.empty() && previous && previous->format == format_id &&
           previous_digest(*previous, names[i]) == done.digest) {
         std::vector<detail::RecordedFile> files;
@@ -264,9 +269,10 @@ struct Manager::Impl {
           return done;
         }
       }
+      // The digest's checksums are the writer's (xxh3): not computed twice.
       ckpt::save(directory.path() / names[i], job.parts[i].state,
-                 {.format = format_id, .fsync = options.fsync, .threads = threads,
-                  .state_file = StateFilePolicy::kLeave});
+                 {.format = format_id, .known_checksums = std::move(checksums), .fsync = options.fsync,
+                  .threads = threads, .state_file = StateFilePolicy::kLeave});
       return done;
     };
     std::vector<PartDone> parts_done(job.parts.size());

@@ -241,7 +241,7 @@ Snapshot snapshot_state(const Tree& state, Buffer spare) {
   return snapshot;
 }
 
-std::string state_digest(const Tree& state, unsigned threads) {
+StateDigest state_digest(const Tree& state, unsigned threads) {
   // The tensors' bytes are nearly all of the work: hashed in parallel, one
   // tensor per item (a frozen module's re-save costs this pass, not a write).
   std::vector<const Tensor*> tensors;
@@ -250,9 +250,20 @@ std::string state_digest(const Tree& state, unsigned threads) {
   parallel_for(tensors.size(), threads, [&](size_t i, unsigned) {
     sums[i] = tensors[i]->has_data() ? xxh3_64(tensors[i]->bytes()) : 0;
   });
+  // tensor_leaves() visits the tensors in the order tensors_in_order() does;
+  // a checksum is only named when its leaf is the very tensor hashed.
+  auto checksums = std::make_shared<std::map<std::string, std::string>>();
+  const std::vector<Tree::Leaf> leaves = state.tensor_leaves();
+  for (size_t i = 0; i < leaves.size() && leaves.size() == tensors.size(); ++i) {
+    if (&leaves[i].value->tensor() != tensors[i]) {
+      checksums->clear();
+      break;
+    }
+    if (tensors[i]->has_data()) checksums->emplace(leaves[i].name, hex_digits(sums[i], 16));
+  }
   Digest digest(std::move(sums));
   digest.tree(state);
-  return digest.hex();
+  return {.hex = digest.hex(), .checksums = std::move(checksums)};
 }
 
 std::vector<RecordedFile> record_state_files(const fs::path& step_dir, const std::set<std::string>& known) {

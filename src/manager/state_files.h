@@ -5,6 +5,8 @@
 // the files list of checkpoint.json.
 
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -55,12 +57,19 @@ struct Snapshot {
 };
 Snapshot snapshot_state(const Tree& state, Buffer spare = {});
 
-// 16 hex digits of xxh3 over the whole tree: every container's kind, size
-// and keys, every leaf's kind and value, every tensor's dtype, shape and
-// the xxh3 of its bytes. Equal digests: the same state byte for byte.
-// `threads`: for hashing the tensors (0: default_threads(); a background
-// commit passes 1, leaving the other cores to the training loop).
-std::string state_digest(const Tree& state, unsigned threads = 0);
+// `hex`: 16 hex digits of xxh3 over the whole tree: every container's kind,
+// size and keys, every leaf's kind and value, every tensor's dtype, shape
+// and the xxh3 of its bytes. Equal digests: the same state byte for byte.
+// `checksums`: those xxh3s of the tensors' bytes, as checksum_hex(kXxh3)
+// gives them, by leaf name (Tree::tensor_leaves()): a save of the same
+// state takes them as SaveOptions::known_checksums instead of reading the
+// bytes again. `threads`: for hashing the tensors (0: default_threads(); a
+// background commit passes 1, leaving the other cores to the training loop).
+struct StateDigest {
+  std::string hex;
+  std::shared_ptr<const std::map<std::string, std::string>> checksums;
+};
+StateDigest state_digest(const Tree& state, unsigned threads = 0);
 
 // The files under `step_dir` (a temporary step directory), sorted by path,
 // each with its size and the xxh3 of its bytes, but for those in `known`

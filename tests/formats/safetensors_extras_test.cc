@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,38 @@ TEST(SafetensorsExtrasTest, ChecksumsMatchTheDataForEveryKind) {
       EXPECT_EQ(checksums_of(contents).at(leaf.name), detail::checksum_hex(kind, leaf.value->tensor().bytes()))
           << leaf.name;
     }
+  }
+}
+
+TEST(SafetensorsExtrasTest, KnownChecksumsAreStoredInsteadOfComputed) {
+  TempDir dir;
+  const Tree tree = nested_state();
+  const std::vector<Tree::Leaf> leaves = tree.tensor_leaves();
+  ASSERT_GE(leaves.size(), 2u);
+  auto known = std::make_shared<std::map<std::string, std::string>>();
+  for (const Tree::Leaf& leaf : leaves) {
+    (*known)[leaf.name] = detail::checksum_hex(ChecksumKind::kXxh3, leaf.value->tensor().bytes());
+  }
+  SaveOptions options = kWithExtras;
+  options.known_checksums = known;
+  save(dir / "k.safetensors", tree, options);
+  EXPECT_TRUE(verify(dir / "k.safetensors").tree == tree);
+  // A known checksum is taken as given, not recomputed: a wrong one is
+  // stored, and verification names its tensor. One of another width (not
+  // of this kind) is ignored and computed.
+  (*known)[leaves[0].name] = std::string(16, 'f');
+  (*known)[leaves[1].name] = "abc";
+  save(dir / "w.safetensors", tree, options);
+  const Contents contents = open(dir / "w.safetensors");
+  EXPECT_EQ(checksums_of(contents).at(leaves[0].name), std::string(16, 'f'));
+  EXPECT_EQ(checksums_of(contents).at(leaves[1].name),
+            detail::checksum_hex(ChecksumKind::kXxh3, leaves[1].value->tensor().bytes()));
+  try {
+    verify(dir / "w.safetensors");
+    FAIL() << "a wrong known checksum was not stored";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
+    EXPECT_EQ(error.context().entry, leaves[0].name);
   }
 }
 

@@ -362,12 +362,21 @@ void PlannedFile::write_file(const std::filesystem::path& path) const {
     sums.reserve(stored.size());
     for (size_t i = 0; i < stored.size(); ++i) sums.emplace_back(plan.options.checksum);
   }
+  // Checksums the caller knows already are not computed again.
+  std::vector<const std::string*> known(stored.size(), nullptr);
+  if (summed && plan.options.known_checksums) {
+    const size_t width = detail::checksum_hex_width(plan.options.checksum);
+    for (size_t i = 0; i < stored.size(); ++i) {
+      const auto found = plan.options.known_checksums->find(*stored[i].name);
+      if (found != plan.options.known_checksums->end() && found->second.size() == width) known[i] = &found->second;
+    }
+  }
   std::vector<detail::WriteSpan> spans;
   spans.reserve(stored.size());
   for (size_t i = 0; i < stored.size(); ++i) {
     if (stored[i].tensor->nbytes() == 0) continue;
     detail::WriteSpan span{stored[i].tensor->bytes(), plan.data_start + stored[i].begin, nullptr};
-    if (summed) {
+    if (summed && known[i] == nullptr) {
       span.on_chunk = [summer = &sums[i]](std::span<const std::byte> piece) { summer->update(piece); };
     }
     spans.push_back(std::move(span));
@@ -378,7 +387,7 @@ void PlannedFile::write_file(const std::filesystem::path& path) const {
   if (summed) {
     std::vector<std::string> digests;
     digests.reserve(stored.size());
-    for (const detail::Checksummer& summer : sums) digests.push_back(summer.hex());
+    for (size_t i = 0; i < stored.size(); ++i) digests.push_back(known[i] != nullptr ? *known[i] : sums[i].hex());
     fill_digests(header, digests);
   }
   const std::string prefix = length_prefix(header.size());
