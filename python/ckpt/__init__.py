@@ -58,6 +58,8 @@ from ._modules import (ModuleFilesReport, Preload, PreloadReport, PreloadResult,
                        module_file_of, split_by_module)
 from ._formula import formula_function
 from ._run import STAGES, Run, StageError
+from ._distributed import Shard
+from . import _distributed
 
 _TORCH_ONLY = ("weight_norm", "reparametrize", "reparametrizations", "Reparametrization")  # from _reparam
 
@@ -92,7 +94,7 @@ __all__ = [
     "split_by_module", "merge_module_files", "module_file_of", "ModuleFilesReport",
     "Preload", "PreloadResult", "PreloadReport", "apply_preloads",
     "formula_function", "weight_norm", "reparametrize", "reparametrizations", "Reparametrization",
-    "Run", "StageError", "STAGES",
+    "Run", "StageError", "STAGES", "Shard",
 ]
 __version__ = _ckpt.__version__
 
@@ -108,7 +110,7 @@ def _path(path: PathLike) -> str:
 
 def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None,
          extras: bool = True, checksum: str = "xxh3", fsync: bool = True, threads: int = 0,
-         max_shard_bytes: int = 0) -> None:
+         max_shard_bytes: int = 0, comm: Any = None) -> None:
     """Write ``state`` to ``path`` atomically (temporary name, fsync, rename).
 
     ``state`` is any nest of dicts (str or int keys), lists and tuples of numpy
@@ -139,7 +141,25 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
     in safetensors without extras), TypeError for values ckpt cannot store,
     OSError if the system refuses the write. An earlier file at ``path`` is
     untouched on failure.
+
+    ``comm`` (an mpi4py communicator or a torch.distributed ProcessGroup;
+    docs/distributed.md): every rank calls save with its own ``state``,
+    whose leaves may be ``ckpt.Shard(global_shape, offsets, local_tensor)``,
+    torch DTensors or jax Arrays (the rank's box of a global tensor); other
+    tensors are replicated, written once by the lowest rank. ``path`` becomes
+    one sharded safetensors directory (a shard file per rank, rank 0's
+    index), committed by all ranks together: an error on any rank raises on
+    every rank and commits nothing. Leaves that are shards without ``comm``:
+    saved by this one process.
     """
+    if comm is not None or _distributed.has_shards(state):
+        if format not in (None, "", "safetensors") or max_shard_bytes:
+            raise ValueError("a sharded save (comm= or ckpt.Shard leaves) writes sharded safetensors: "
+                             "format= and max_shard_bytes= cannot be given")
+        with _no_gc():
+            _distributed.save(_path(path), state, comm, metadata=metadata, extras=extras, checksum=checksum,
+                              fsync=fsync, threads=threads)
+        return
     options = dict(format=format or "", metadata=None if metadata is None else dict(metadata), extras=extras,
                    checksum=checksum, fsync=fsync, threads=threads, max_shard_bytes=max_shard_bytes)
     from . import _device
@@ -155,7 +175,7 @@ def save(path: PathLike, state: Any, *, format: Optional[str] = None, metadata: 
 def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, verify: bool = False,
          threads: int = 0, rename: Any = None, device: Any = None, sha256: Optional[str] = None,
          offline: Optional[bool] = None, check_hash: bool = False,
-         boxes: Optional[Mapping[str, Tuple[Sequence[int], Sequence[int]]]] = None) -> Any:
+         boxes: Optional[Mapping[str, Tuple[Sequence[int], Sequence[int]]]] = None, comm: Any = None) -> Any:
     """Read the whole state of ``path`` (any format ckpt reads, detected by content).
 
     Tensors come back as numpy arrays (``framework="numpy"``; bfloat16 and
@@ -189,6 +209,11 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     the pieces the box overlaps. FileNotFoundError for a name the checkpoint
     lacks, ValueError for a box outside its tensor.
 
+    ``comm`` (an mpi4py communicator or a torch.distributed ProcessGroup):
+    a collective load, on any number of ranks whatever number saved; each
+    rank gets its own ``boxes`` (a name left out comes whole), and an error
+    on one rank raises on all (docs/distributed.md).
+
     ``path`` may be an http(s) URL: it is fetched into the local cache first
     (``ckpt.fetch``, which ``sha256``, ``offline`` and ``check_hash`` go to)
     and loaded from there.
@@ -198,6 +223,12 @@ def load(path: PathLike, *, framework: Framework = "numpy", lazy: bool = True, v
     ``framework="numpy"``; RuntimeError naming the device when it is a CUDA
     device that is not available.
     """
+    if comm is not None:
+        if rename is not None or device is not None:
+            raise ValueError("comm= cannot be combined with rename= or device=")
+        with _no_gc():
+            return _distributed.load(_local_path(_path(path), sha256, offline, check_hash), comm, boxes=boxes,
+                                     framework=framework, lazy=lazy, verify=verify, threads=threads)
     if boxes:
         if rename is not None or (device is not None and str(device) != "cpu"):
             raise ValueError("boxes= cannot be combined with rename= or a CUDA device")

@@ -27,6 +27,7 @@
 #include "ckpt/error.h"
 #include "ckpt/memory.h"
 #include "ckpt/checksum.h"
+#include "distributed_bindings.h"
 #include "manager_bindings.h"
 #include "modules_bindings.h"
 #include "restore_bindings.h"
@@ -423,6 +424,7 @@ PYBIND11_MODULE(_ckpt, m) {
   bind_url(m);
   bind_weight_norm(m);
   bind_modules(m);
+  bind_distributed(m);
 
 #ifdef CKPT_VERSION
   m.attr("__version__") = CKPT_VERSION;

@@ -49,6 +49,7 @@ const std::map<std::string, Layer>& public_headers() {
       {"run_directory.h", kUpper},  {"manager.h", kUpper},     {"average.h", kUpper},
       {"retention.h", kUpper},      {"modules.h", kUpper},     {"preload.h", kUpper},
       {"formula.h", kUpper},        {"weight_norm.h", kUpper}, {"derived.h", kUpper},  // modules: weight norm's converters
+      {"distributed.h", kUpper},    {"mpi.h", kUpper},
   };
   return headers;
 }

@@ -79,20 +79,6 @@ void write_index_file(const fs::path& path, const ShardIndex& index, const SaveO
 // The skeleton of `tree` (its tensor leaves named as tensor_leaves() names them).
 std::string skeleton(const Tree& tree) { return detail::tree_to_json(tree); }
 
-void check_target(const fs::path& path) {
-  std::error_code error;
-  if (!fs::exists(path, error)) return;
-  if (!fs::is_directory(path, error)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "a sharded safetensors checkpoint is a directory; refusing to replace this file", {.path = path});
-  }
-  if (!detect_directory(path) && !fs::is_empty(path, error)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "refusing to replace a non-empty directory that is not a sharded safetensors checkpoint "
-                "(it has no " + std::string(kIndexFile) + ")",
-                {.path = path});
-  }
-}
 
 // The shards of `leaves` in tree order: the leaf positions of each.
 std::vector<std::vector<size_t>> plan_shards(const std::vector<Tree::Leaf>& leaves, const std::vector<size_t>& ties,
@@ -124,6 +110,21 @@ std::vector<std::vector<size_t>> plan_shards(const std::vector<Tree::Leaf>& leav
 
 }  // namespace
 
+void check_target_directory(const fs::path& path) {
+  std::error_code error;
+  if (!fs::exists(path, error)) return;
+  if (!fs::is_directory(path, error)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "a sharded safetensors checkpoint is a directory; refusing to replace this file", {.path = path});
+  }
+  if (!detect_directory(path) && !fs::is_empty(path, error)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "refusing to replace a non-empty directory that is not a sharded safetensors checkpoint "
+                "(it has no " + std::string(kIndexFile) + ")",
+                {.path = path});
+  }
+}
+
 void write_directory(const fs::path& given, const Tree& tree, const SaveOptions& options) {
   const fs::path path = given.has_filename() ? given : given.parent_path();  // "out/" names "out"
   // What the safetensors writer refuses of the tree as one file, it refuses
@@ -137,7 +138,7 @@ void write_directory(const fs::path& given, const Tree& tree, const SaveOptions&
   for (const Tree::Leaf& leaf : leaves) refuse_piece_prefix(leaf.name);
   const std::vector<size_t> ties = stored_ties(leaves, options.extras);
   const std::vector<std::vector<size_t>> shards = plan_shards(leaves, ties, options.max_shard_bytes);
-  check_target(path);
+  check_target_directory(path);
 
   const SaveOptions shard = shard_options(options);
   detail::AtomicDirectory directory(path, {.fsync = options.fsync, .files_synced = options.fsync});

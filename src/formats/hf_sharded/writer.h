@@ -33,6 +33,11 @@ namespace ckpt::hf_sharded_detail {
 // system.
 void write_directory(const std::filesystem::path& path, const Tree& tree, const SaveOptions& options);
 
+// Checks that a sharded checkpoint may be written at `path`: nothing there,
+// an empty directory, or a directory holding such a checkpoint (which the
+// write replaces). Throws Error{kInvalidArgument} naming `path` otherwise.
+void check_target_directory(const std::filesystem::path& path);
+
 // ---- One shard file per rank (issue 20; the lead drives these from MPI) ----
 
 // One rank's piece of a sharded tensor `name` of data.dtype() and global
