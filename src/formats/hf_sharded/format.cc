@@ -8,6 +8,7 @@
 #include "ckpt/error.h"
 #include "formats/hf_sharded/reader.h"
 #include "formats/hf_sharded/writer.h"
+#include "formats/safetensors/format.h"
 
 namespace ckpt {
 namespace {
@@ -20,24 +21,10 @@ class HfShardedFormat final : public Format {
            "model.safetensors.index.json), as transformers' save_pretrained writes it";
   }
   std::vector<std::string_view> extensions() const override { return {}; }
-  FormatCapabilities capabilities() const override {
-    // As safetensors (each shard is one), plus shards.
-    return {.read = true,
-            .write = true,
-            .nested_tree = true,
-            .lists_and_int_keys = true,
-            .checksums = true,
-            .single_tensor = false,
-            .metadata = true,
-            .shards = true,
-            .colliding_names = true,
-            .ties = true};
-  }
-  std::vector<DType> dtypes() const override {
-    std::vector<DType> result;
-    for (const DTypeInfo& info : all_dtypes()) result.push_back(info.dtype);
-    return result;
-  }
+  // Each shard is a safetensors file: what safetensors holds (it declares
+  // shards: a safetensors save with max_shard_bytes writes this layout).
+  FormatCapabilities capabilities() const override { return safetensors_format().capabilities(); }
+  std::vector<DType> dtypes() const override { return safetensors_format().dtypes(); }
 
   // A directory is never a single file: detect_path() claims it.
   bool detect(std::span<const std::byte> head, uint64_t file_size) const override { return false; }
