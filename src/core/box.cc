@@ -162,7 +162,7 @@ void check_tiling(const Shape& shape, const std::vector<Box>& boxes, ErrorCode c
     if (box_numel(boxes[order[i]]) == 0) continue;
     for (size_t j = i + 1; j < order.size() && start0(order[j]) < stop0(order[i]); ++j) {
       if (box_numel(boxes[order[j]]) != 0 && intersect(boxes[order[i]], boxes[order[j]])) {
-        fail("pieces " + box_text(boxes[order[i]]) + " and " + box_text(boxes[order[j]]) + " overlap");
+        fail("piece " + box_text(boxes[order[j]]) + " overlaps piece " + box_text(boxes[order[i]]));
       }
     }
   }
