@@ -185,10 +185,15 @@ TEST(BoxTest, LoadWithBoxesReturnsOnlyThoseBoxes) {
   Tree state = Tree::map();
   state.set("a", iota({8, 16}));
   state.set("b", iota({5}));
+  state.set("big", iota({4, 64, 4096}));  // runs of 40 rows of 16 KiB: read with positioned reads
   save(path, state);
   const Box box{{2, 4}, {3, 8}};
   const Tree loaded = load(path, with_boxes({{"a", box}}));
   expect_region(loaded.at("a").tensor(), {8, 16}, box);
+  const Box rows{{1, 8, 0}, {2, 40, 4096}};
+  expect_region(load(path, with_boxes({{"big", rows}})).at("big").tensor(), {4, 64, 4096}, rows);
+  const Box whole_rows{{1, 0, 0}, {3, 64, 4096}};  // one run across dimension 0
+  expect_region(load(path, with_boxes({{"big", whole_rows}})).at("big").tensor(), {4, 64, 4096}, whole_rows);
   EXPECT_EQ(loaded.at("a").tensor().buffer().kind(), StorageKind::kHeap);
   EXPECT_TRUE(loaded.at("b").tensor().equals(iota({5})));
   EXPECT_TRUE(load(path, with_boxes({{"a", box}}, false)).at("a").tensor().equals(loaded.at("a").tensor()));
