@@ -7,13 +7,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <mutex>
 #include <thread>
 
 #include "ckpt/error.h"
 #include "io/file_system.h"
+#include "io/prefix_hasher.h"
 #include "io/sha256.h"
 
 namespace ckpt::detail {
@@ -70,150 +68,6 @@ void write_download(int fd, std::span<const std::byte> bytes, uint64_t offset, c
     offset += static_cast<uint64_t>(written);
   }
 }
-
-// ---------------------------------------------------------------- transfers
-
-// The SHA-256 of a file's first bytes, computed on a thread of its own that
-// reads back (from the page cache) what the download has written, so that
-// hashing overlaps the transfer instead of following it.
-class PrefixHasher {
- public:
-  explicit PrefixHasher(int fd) : fd_(fd), thread_([this] { run(); }) {}
-  ~PrefixHasher() {
-    {
-      std::lock_guard guard(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-  PrefixHasher(const PrefixHasher&) = delete;
-  PrefixHasher& operator=(const PrefixHasher&) = delete;
-
-  // Bytes [0, end) are in the file.
-  void written(uint64_t end) {
-    {
-      std::lock_guard guard(mutex_);
-      if (end <= available_) return;
-      available_ = end;
-    }
-    wake_.notify_all();
-  }
-  // `block`, just written at `at`: hashed from memory when it continues the
-  // hashed prefix (no read back), returned through spare() afterwards. A
-  // block that cannot be queued (the queue is full, or it lies elsewhere) is
-  // simply dropped: the bytes are read back from the file instead.
-  void feed(std::vector<std::byte> block, uint64_t at) {
-    {
-      std::lock_guard guard(mutex_);
-      if (queue_.size() >= kMaxQueued) return;
-      queue_.push_back({std::move(block), at, generation_});
-    }
-    wake_.notify_all();
-  }
-  // An emptied buffer of an earlier feed() (capacity kept), or an empty one.
-  std::vector<std::byte> spare() {
-    std::lock_guard guard(mutex_);
-    if (spares_.empty()) return {};
-    std::vector<std::byte> buffer = std::move(spares_.back());
-    spares_.pop_back();
-    return buffer;
-  }
-
-  // The file was emptied: start again from its first byte.
-  void reset() {
-    std::lock_guard guard(mutex_);
-    ++generation_;  // the thread starts a fresh hash when it sees this
-    queue_.clear();
-    hashed_ = available_ = 0;
-    failed_ = false;
-  }
-  // The hash of [0, size) once hashed (nullopt if a read failed).
-  std::optional<std::string> finish(uint64_t size) {
-    if (size == 0) return sha256_hex("");
-    written(size);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return hashed_ >= size || failed_; });
-    if (failed_ || hashed_ != size) return std::nullopt;
-    return hash_->hex();
-  }
-
- private:
-  void run() {
-    std::vector<std::byte> buffer;
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, [&] { return stop_ || (hashed_ < available_ && !failed_); });
-      if (stop_) return;
-      // hash_ is this thread's: only it replaces it, between its updates.
-      if (hash_generation_ != generation_) {
-        hash_ = std::make_unique<Sha256>();
-        hash_generation_ = generation_;
-      }
-      // Blocks behind the hashed prefix are of no use any more.
-      while (!queue_.empty() && (queue_.front().generation != generation_ ||
-                                 queue_.front().at + queue_.front().bytes.size() <= hashed_)) {
-        recycle(std::move(queue_.front().bytes));
-        queue_.pop_front();
-      }
-      const uint64_t generation = generation_;
-      const uint64_t at = hashed_;
-      if (!queue_.empty() && queue_.front().at <= at && queue_.front().at + queue_.front().bytes.size() <= available_) {
-        Queued block = std::move(queue_.front());
-        queue_.pop_front();
-        lock.unlock();
-        const auto bytes = std::span(block.bytes).subspan(static_cast<size_t>(at - block.at));
-        hash_->update(bytes);  // outside the lock: the download goes on meanwhile
-        lock.lock();
-        if (generation == generation_) hashed_ += bytes.size();
-        recycle(std::move(block.bytes));
-        done_.notify_all();
-        continue;
-      }
-      if (buffer.empty()) buffer.resize(size_t{4} << 20);
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), available_ - at));
-      lock.unlock();
-      ssize_t got = ::pread(fd_, buffer.data(), want, static_cast<off_t>(at));
-      while (got < 0 && errno == EINTR) got = ::pread(fd_, buffer.data(), want, static_cast<off_t>(at));
-      lock.lock();
-      if (generation != generation_) continue;
-      if (got <= 0) {
-        failed_ = true;
-      } else {
-        hash_->update(std::span(buffer.data(), static_cast<size_t>(got)));
-        hashed_ += static_cast<uint64_t>(got);
-      }
-      done_.notify_all();
-    }
-  }
-
-  // Under mutex_.
-  void recycle(std::vector<std::byte> bytes) {
-    bytes.clear();
-    if (spares_.size() < kMaxQueued) spares_.push_back(std::move(bytes));
-  }
-
-  struct Queued {
-    std::vector<std::byte> bytes;
-    uint64_t at;
-    uint64_t generation;
-  };
-  static constexpr size_t kMaxQueued = 8;
-  uint64_t hash_generation_ = 0;
-  std::deque<Queued> queue_;
-  std::vector<std::vector<std::byte>> spares_;
-  int fd_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable done_;
-  std::unique_ptr<Sha256> hash_ = std::make_unique<Sha256>();
-  uint64_t hashed_ = 0;
-  uint64_t available_ = 0;
-  uint64_t generation_ = 0;
-  bool failed_ = false;
-  bool stop_ = false;
-  std::thread thread_;  // last: starts after the rest is ready
-};
 
 }  // namespace
 
