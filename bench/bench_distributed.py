@@ -9,6 +9,15 @@ saves them with ckpt.save(path, state, comm=MPI.COMM_WORLD) (fsync on, the
 whole two-phase commit); the time of a save is the slowest rank's, from a
 barrier before it to its return. The best of --repeat saves is reported.
 Needs mpirun (OpenMPI) and mpi4py.
+
+    .venv/bin/python bench/bench_distributed.py --reshard [--mib 64] [--dir /tmp]
+
+The reshard figure (target: a load N -> M reads <= 1.1 x the bytes each rank
+needs): 4 ranks save --mib MiB each as above; then each rank of M = 3, 2, 1
+loads its rows of every tensor (ckpt.load(path, boxes=...)) alone, in a
+process of its own, after the page cache is dropped (needs root), and the
+bytes read from the disk are /proc/self/io's read_bytes around the load.
+Printed per M: the worst rank's read / needed.
 """
 
 import argparse
@@ -39,11 +48,54 @@ def rank_main(args):
         elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
         best = elapsed if best is None else min(best, elapsed)
         comm.Barrier()
-        if rank == 0:
+        if rank == 0 and not args.keep:
             shutil.rmtree(path)
     if rank == 0:
         total = args.mib * 2**20 * size
         print(f"{size} {total / best / 1e6:.1f}")
+
+
+def reshard_main(args):
+    """One rank of M loading its rows: prints read_bytes / needed bytes."""
+    import numpy as np
+    import ckpt
+    rank, ranks = args.load_rank
+    index = ckpt.load(args.path)
+    boxes, needed = {}, 0
+    for name, tensor in index.items():
+        rows, columns = tensor.shape
+        start, stop = rows * rank // ranks, rows * (rank + 1) // ranks
+        boxes[name] = ((start, 0), (stop - start, columns))
+        needed += (stop - start) * columns * tensor.dtype.itemsize
+    del index, tensor  # nothing of the file mapped (drop_caches keeps a mapped file's pages)
+    with open("/proc/sys/vm/drop_caches", "w") as drop:
+        drop.write("3\n")
+
+    def read_bytes():
+        with open("/proc/self/io") as io:
+            return next(int(line.split()[1]) for line in io if line.startswith("read_bytes:"))
+
+    before = read_bytes()
+    loaded = ckpt.load(args.path, boxes=boxes)
+    total = sum(int(np.asarray(value).sum() != 0.5) for value in loaded.values())  # every byte touched
+    assert total == len(boxes)
+    print(f"{(read_bytes() - before) / needed:.3f} {needed}")
+
+
+def reshard(args, directory):
+    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", sys.executable, __file__,
+               "--rank-main", "--keep", "--mib", str(args.mib), "--repeat", "1", "--dir", directory]
+    env = dict(os.environ, OMPI_MCA_mpi_yield_when_idle="1")
+    subprocess.run(command, check=True, capture_output=True, text=True, timeout=1800, env=env)
+    path = os.path.join(directory, "step-0")
+    for ranks in (3, 2, 1):
+        ratios = []
+        for rank in range(ranks):
+            out = subprocess.run([sys.executable, __file__, "--load-rank", str(rank), str(ranks), "--path", path],
+                                 check=True, capture_output=True, text=True, timeout=600).stdout
+            ratios.append(float(out.split()[0]))
+        print(f"4 -> {ranks} ranks: read / needed per rank {' '.join(f'{r:.3f}' for r in ratios)}; "
+              f"worst {max(ratios):.3f} (target <= 1.10)")
 
 
 def run(ranks, args, directory):
@@ -64,12 +116,26 @@ def main():
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--no-fsync", action="store_true",
                         help="saves without fsync: the protocol and the writes into the page cache, not the disk")
+    parser.add_argument("--reshard", action="store_true",
+                        help="the reshard figure: bytes read per rank loading N -> M against its boxes' bytes")
     parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--load-rank", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rank_main:
         rank_main(args)
         return
+    if args.load_rank:
+        reshard_main(args)
+        return
     directory = tempfile.mkdtemp(prefix="ckpt-bench-dist-", dir=args.dir)
+    if args.reshard:
+        try:
+            reshard(args, directory)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        return
     try:
         one = run(1, args, directory)
         two = run(2, args, directory)

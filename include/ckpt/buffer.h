@@ -30,6 +30,12 @@ class Storage {
   // storage) into `dst`. File-backed storages override this to read from the
   // file with positioned reads, which is faster than faulting the mapping in.
   virtual void copy_out(const std::byte* src, std::span<std::byte> dst) const;
+  // As copy_out, for bytes read on their own, their neighbours not read next
+  // (a box of a tensor, a part of a shard): file-backed storages read these
+  // bytes only, without the readahead that serves sequential reads (which
+  // on a disk with a large read_ahead_kb reads megabytes past them). By
+  // default copy_out.
+  virtual void copy_out_alone(const std::byte* src, std::span<std::byte> dst) const { copy_out(src, dst); }
   // Deferred storages: produces the bytes (once, thread-safe) and returns
   // their address. Others return nullptr. May throw Error{kUnsupported}
   // (not enough memory, see Buffer::allocate), or Error{kCorrupt} where

@@ -18,9 +18,47 @@ void copy_piece_part(const Piece& piece, const Box& region, std::span<std::byte>
     from_origin[d] = common->offsets[d] - piece.box.offsets[d];
     to_origin[d] = common->offsets[d] - region.offsets[d];
   }
-  // A mapped piece is read through its mapping: only the pages that hold
-  // the common part's rows are faulted in. Other deferred pieces are
-  // produced whole by bytes().
+  // A mapped piece whose rows (dimension 0) the common part covers (nearly)
+  // whole: those rows read alone from the file (Storage::copy_out_alone, no
+  // readahead past them), straight into `out` where they are whole rows
+  // there too.
+  const Buffer& source = piece.data.buffer();
+  if (source.kind() == StorageKind::kMapped && source.address() != nullptr && !common->sizes.empty()) {
+    uint64_t row_bytes = element_size;
+    for (size_t d = 1; d < piece.box.sizes.size(); ++d) row_bytes *= static_cast<uint64_t>(piece.box.sizes[d]);
+    const uint64_t rows_bytes = static_cast<uint64_t>(common->sizes[0]) * row_bytes;
+    const uint64_t needed = box_numel(*common) * element_size;
+    if (rows_bytes <= needed + needed / 4) {
+      const std::byte* rows_at = source.address() + static_cast<uint64_t>(from_origin[0]) * row_bytes;
+      bool whole_rows = true;
+      for (size_t d = 1; d < common->sizes.size(); ++d) {
+        whole_rows = whole_rows && common->sizes[d] == piece.box.sizes[d] && common->sizes[d] == region.sizes[d];
+      }
+      if (whole_rows) {
+        source.storage()->copy_out_alone(
+            rows_at, out.subspan(static_cast<uint64_t>(to_origin[0]) * row_bytes, static_cast<size_t>(rows_bytes)));
+        return;
+      }
+      Buffer rows = Buffer::allocate(static_cast<size_t>(rows_bytes));
+      source.storage()->copy_out_alone(rows_at, rows.mutable_bytes());
+      Shape rows_shape = piece.box.sizes;
+      rows_shape[0] = common->sizes[0];
+      std::vector<int64_t> rows_origin = from_origin;
+      rows_origin[0] = 0;
+      detail::copy_box({.element_size = element_size,
+                        .extent = common->sizes,
+                        .to = out,
+                        .to_shape = region.sizes,
+                        .to_origin = to_origin,
+                        .from = rows.bytes(),
+                        .from_shape = rows_shape,
+                        .from_origin = rows_origin});
+      return;
+    }
+  }
+  // Any other piece is read through its bytes: a mapped one's through the
+  // mapping (only the pages of the common part's rows are faulted in),
+  // other deferred pieces produced whole.
   detail::copy_box({.element_size = element_size,
                     .extent = common->sizes,
                     .to = out,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -56,14 +57,43 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path& 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
   if (fd_ >= 0) ::close(fd_);
+  if (alone_fd_ >= 0) ::close(alone_fd_);
 }
 
 void MappedFile::copy_out(const std::byte* src, std::span<std::byte> dst) const {
+  read_range(fd_, src, dst);
+}
+
+int MappedFile::alone_fd() const {
+  std::call_once(alone_once_, [this] {
+    // The same open file, not the path again (which may name another file
+    // by now); a descriptor of its own, so that its advice is not the
+    // mapping's.
+    const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+    const int fd = ::open(self.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    alone_fd_ = fd;
+  });
+  return alone_fd_ >= 0 ? alone_fd_ : fd_;
+}
+
+void MappedFile::copy_out_alone(const std::byte* src, std::span<std::byte> dst) const {
+  read_range(alone_fd(), src, dst);
+}
+
+void MappedFile::prefetch_alone(uint64_t offset, uint64_t size) const {
+  if (offset >= size_ || size == 0) return;
+  ::posix_fadvise(alone_fd(), static_cast<off_t>(offset), static_cast<off_t>(std::min(size, size_ - offset)),
+                  POSIX_FADV_WILLNEED);
+}
+
+void MappedFile::read_range(int fd, const std::byte* src, std::span<std::byte> dst) const {
   uint64_t offset = static_cast<uint64_t>(src - data_);
   size_t done = 0;
   while (done < dst.size()) {
     const size_t chunk = std::min<size_t>(dst.size() - done, size_t{1} << 30);
-    const ssize_t n = ::pread(fd_, dst.data() + done, chunk, static_cast<off_t>(offset + done));
+    const ssize_t n = ::pread(fd, dst.data() + done, chunk, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       // The file shrank under us, or the read failed: fall back to the mapping

@@ -576,6 +576,17 @@ bool detect_header(std::span<const std::byte> head, uint64_t file_size) {
 
 Contents read_file(const std::filesystem::path& path, const LoadOptions& options) {
   const std::shared_ptr<const detail::MappedFile> file = detail::MappedFile::open(path);
+  // The header's pages read alone before the reader parses it through the
+  // mapping, where a fault would read a readahead window of megabytes
+  // around it (for every shard file a sharded load opens for its boxes). A
+  // hint only: the reader checks the length.
+  if (file->size() >= kHeaderLengthSize) {
+    std::array<std::byte, kHeaderLengthSize> prefix;
+    file->copy_out_alone(file->bytes().data(), prefix);
+    uint64_t length = 0;
+    for (size_t i = 0; i < kHeaderLengthSize; ++i) length |= uint64_t(prefix[i]) << (8 * i);
+    file->prefetch_alone(0, kHeaderLengthSize + std::min<uint64_t>(length, kMaxHeaderSize));
+  }
   Reader reader(path, file->slice(0, file->size()), options);
   return reader.read();
 }
