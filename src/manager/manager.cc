@@ -240,7 +240,8 @@ struct Manager::Impl {
     // that a frozen part's digest overlaps the trained part's write.
     struct PartDone {
       std::string digest;
-      std::vector<detail::RecordedFile> linked;  // empty: written
+      std::vector<detail::RecordedFile> linked;   // empty: written
+      std::vector<detail::RecordedFile> written;  // recorded by the part's own task, beside the others' work
     };
     std::vector<std::string> names;
     for (const StatePart& part : job.parts) names.push_back(detail::part_file_name(*format, part.name));
@@ -273,6 +274,7 @@ struct Manager::Impl {
       ckpt::save(directory.path() / names[i], job.parts[i].state,
                  {.format = format_id, .known_checksums = std::move(checksums), .fsync = options.fsync,
                   .threads = threads, .state_file = StateFilePolicy::kLeave});
+      done.written = detail::record_state_files(directory.path(), {}, names[i]);
       return done;
     };
     std::vector<PartDone> parts_done(job.parts.size());
@@ -302,16 +304,18 @@ struct Manager::Impl {
                               .state_digest = parts.front().digest,
                               .parts = std::vector<detail::RecordedPart>(parts.begin() + 1, parts.end()),
                               .files = {}};
-    std::vector<detail::RecordedFile> linked_files;  // of the parts linked from the previous step
-    std::set<std::string> linked_paths;
+    std::vector<detail::RecordedFile> recorded;  // linked from the previous step, or written and recorded
+    std::set<std::string> recorded_paths;
     for (PartDone& done : parts_done) {
-      for (detail::RecordedFile& file : done.linked) {
-        linked_paths.insert(file.path);
-        linked_files.push_back(std::move(file));
+      for (std::vector<detail::RecordedFile>* files : {&done.linked, &done.written}) {
+        for (detail::RecordedFile& file : *files) {
+          recorded_paths.insert(file.path);
+          recorded.push_back(std::move(file));
+        }
       }
     }
-    record.files = detail::record_state_files(directory.path(), linked_paths);
-    record.files.insert(record.files.end(), linked_files.begin(), linked_files.end());
+    record.files = detail::record_state_files(directory.path(), recorded_paths);  // any other file a writer left
+    record.files.insert(record.files.end(), recorded.begin(), recorded.end());
     std::sort(record.files.begin(), record.files.end(),
               [](const detail::RecordedFile& a, const detail::RecordedFile& b) { return a.path < b.path; });
     record.time = now_seconds();

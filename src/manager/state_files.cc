@@ -266,16 +266,45 @@ StateDigest state_digest(const Tree& state, unsigned threads) {
   return {.hex = digest.hex(), .checksums = std::move(checksums)};
 }
 
-std::vector<RecordedFile> record_state_files(const fs::path& step_dir, const std::set<std::string>& known) {
+std::vector<RecordedFile> record_state_files(const fs::path& step_dir, const std::set<std::string>& known,
+                                             std::string_view part) {
   std::vector<RecordedFile> files;
+  std::vector<std::byte> chunk;
+  const auto record = [&](const fs::path& path) {
+    const std::string relative = path.lexically_relative(step_dir).generic_string();
+    if (relative == kStepRecordName || known.contains(relative)) return;
+    // Read back with positioned reads, chunk by chunk (the file was just
+    // written: from the page cache, faster than faulting in a mapping).
+    const std::shared_ptr<const MappedFile> file = MappedFile::open(path);
+    Checksummer sum(ChecksumKind::kXxh3);
+    chunk.resize(static_cast<size_t>(std::min<uint64_t>(file->size(), uint64_t{4} << 20)));
+    for (uint64_t at = 0; at < file->size(); at += chunk.size()) {
+      const std::span<std::byte> piece(chunk.data(),
+                                       static_cast<size_t>(std::min<uint64_t>(chunk.size(), file->size() - at)));
+      file->copy_out(file->bytes().data() + at, piece);
+      sum.update(piece);
+    }
+    files.push_back({.path = relative, .size = file->size(), .xxh3 = sum.hex()});
+  };
+  // The top-level entries of the part (other parts may still be writing
+  // theirs beside them: never listed below their names), then the files
+  // below a directory of it.
   std::error_code error;
-  for (fs::recursive_directory_iterator it(step_dir, error), end; !error && it != end; it.increment(error)) {
+  for (fs::directory_iterator it(step_dir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (!part.empty() && !file_of_part(name, part)) continue;
     std::error_code status_error;
-    if (!it->is_regular_file(status_error) || it->is_symlink(status_error)) continue;
-    const std::string relative = it->path().lexically_relative(step_dir).generic_string();
-    if (relative == kStepRecordName || known.contains(relative)) continue;
-    const std::shared_ptr<const MappedFile> file = MappedFile::open(it->path());
-    files.push_back({.path = relative, .size = file->size(), .xxh3 = hex_digits(xxh3_64(file->bytes()), 16)});
+    if (it->is_symlink(status_error)) continue;
+    if (it->is_regular_file(status_error)) {
+      record(it->path());
+    } else if (it->is_directory(status_error)) {
+      std::error_code inner;
+      for (fs::recursive_directory_iterator below(it->path(), inner), stop; !inner && below != stop;
+           below.increment(inner)) {
+        if (below->is_regular_file(status_error) && !below->is_symlink(status_error)) record(below->path());
+      }
+      if (inner) throw_io(it->path(), "cannot list the new step directory", inner.value());
+    }
   }
   if (error) throw_io(step_dir, "cannot list the new step directory", error.value());
   std::sort(files.begin(), files.end(), [](const RecordedFile& a, const RecordedFile& b) { return a.path < b.path; });

@@ -73,10 +73,12 @@ StateDigest state_digest(const Tree& state, unsigned threads = 0);
 
 // The files under `step_dir` (a temporary step directory), sorted by path,
 // each with its size and the xxh3 of its bytes, but for those in `known`
-// (linked from the previous step: their record is that step's). Throws
-// Error{kIo}.
+// (linked from the previous step, or recorded already: their record is
+// that); with `part`, only the files of the part stored under that name
+// (file_of_part), so that each part is recorded as soon as it is written.
+// Throws Error{kIo}.
 std::vector<RecordedFile> record_state_files(const std::filesystem::path& step_dir,
-                                             const std::set<std::string>& known = {});
+                                             const std::set<std::string>& known = {}, std::string_view part = {});
 
 // Hard-links each of `files` from `from_dir` into `to_dir` (copying where
 // the file system refuses a link; a copy is fsynced with `fsync`). Returns
