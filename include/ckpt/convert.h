@@ -54,7 +54,7 @@ struct ConvertOptions {
 
 struct ConvertReport {
   std::string source_format;  // the format id that read `src`
-  std::string target_format;  // the format id written
+  std::string target_format;  // the format id written (that of the layout it picked: "hf_sharded" for shards)
   size_t tensors = 0;         // stored tensors of the source (EntryInfo), and their bytes
   uint64_t nbytes = 0;
   size_t renamed = 0;         // leaves whose name the transforms changed

@@ -102,6 +102,9 @@ ConvertReport convert(const std::filesystem::path& src, const std::filesystem::p
   std::string refusal;
   try {
     ckpt::save(dst, tree, save);
+    // What was written, as a reader tells it: a writer may pick a layout of
+    // its own (safetensors with a maximum shard size: hf_sharded).
+    if (save.max_shard_bytes > 0) report.target_format = std::string(detect(dst).id());
     return report;
   } catch (const Error& error) {
     // A refusal that names a tensor (a dtype the target lacks) stands as it

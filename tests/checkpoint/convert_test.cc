@@ -126,6 +126,16 @@ TEST_F(ConvertTest, AShardSizeNeedsAFormatWrittenInShards) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "out.pt"));
 }
 
+TEST_F(ConvertTest, TheReportNamesTheLayoutTheWriterPicked) {
+  // safetensors with a maximum shard size writes Hugging Face's sharded
+  // directory, which the report names as a reader detects it.
+  const ConvertReport report = convert(src_, dir_ / "sharded", {.save = {.format = "safetensors", .max_shard_bytes = 16}});
+  EXPECT_EQ(report.target_format, "hf_sharded");
+  EXPECT_EQ(report.target_format, std::string(detect(dir_ / "sharded").id()));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "sharded" / "model.safetensors.index.json"));
+  EXPECT_EQ(convert(src_, dir_ / "one.safetensors").target_format, "safetensors");
+}
+
 TEST_F(ConvertTest, ReadErrorsNameTheSourceAndWriteErrorsTheTarget) {
   try {
     convert(dir_ / "missing.pt", dir_ / "out.safetensors");

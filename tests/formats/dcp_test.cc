@@ -7,12 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <cstring>
 #include <optional>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
+#include "core/checksum.h"
+#include "core/text.h"
 #include "formats/torch_test_builder.h"
 #include "support/files.h"
 #include "support/temp_dir.h"
@@ -310,8 +313,17 @@ TEST(DcpTest, MalformedOneDefectAtATime) {
 TEST(DcpTest, VerifyChecksTheItemsRecords) {
   testing::TempDir temp;
   const fs::path dir = build(temp.path());
-  std::string data = testing::read_file(dir / "__0_0.distcp");
+  // The records' zip CRC-32s are the checksums a DCP checkpoint stores: each
+  // tensor of one chunk names its record's, as the torch reader does.
+  const Contents intact = verify(dir);
+  EXPECT_EQ(intact.checksum, ChecksumKind::kCrc32);
+  const auto w = std::find_if(intact.entries.begin(), intact.entries.end(),
+                              [](const EntryInfo& entry) { return entry.name == "model.w"; });
+  ASSERT_NE(w, intact.entries.end());
+  ASSERT_EQ(w->checksum.size(), 8u);
   const std::string floats = f32_bytes({1, 2, 3, 4});
+  EXPECT_EQ(w->checksum, detail::hex8(detail::crc32(std::as_bytes(std::span(floats.data(), floats.size())))));
+  std::string data = testing::read_file(dir / "__0_0.distcp");
   const size_t at = data.find(floats);
   ASSERT_NE(at, std::string::npos);
   data[at] = static_cast<char>(data[at] ^ 0x40);

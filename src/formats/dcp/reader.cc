@@ -79,9 +79,12 @@ Contents read_item(DataFiles& files, const StorageLocation& location, const std:
 // The chunks read so far by where they lie: two items at one location (tied
 // weights, as ckpt's writer stores them) share one tensor.
 using ChunkCache = std::map<std::tuple<std::string, uint64_t, uint64_t>, Tensor>;
+// The zip CRC-32 of the record a chunk's tensor views, by the tensor's first
+// byte in the mapped file (EntryInfo::checksum of a tensor of one chunk).
+using RecordCrcs = std::map<const std::byte*, std::string>;
 
 Tensor chunk_tensor(DataFiles& files, const Item& item, const Chunk& chunk, const LoadOptions& options,
-                    ChunkCache& cache) {
+                    ChunkCache& cache, RecordCrcs& crcs) {
   const auto key = std::make_tuple(chunk.location.relative_path, chunk.location.offset, chunk.location.length);
   if (auto found = cache.find(key); found != cache.end() && found->second.dtype() == item.dtype &&
                                     found->second.shape() == chunk.sizes) {
@@ -106,18 +109,22 @@ Tensor chunk_tensor(DataFiles& files, const Item& item, const Chunk& chunk, cons
             item.fqn, path, chunk.location.offset);
   }
   cache.emplace(key, tensor);
+  if (tensor.buffer().address() != nullptr && contents.entries.size() == 1) {
+    crcs.emplace(tensor.buffer().address(), contents.entries.front().checksum);
+  }
   return tensor;
 }
 
 // The global tensor of `item`: its chunks as the pieces of one deferred
 // tensor (ckpt/box.h), so that nothing is read before it is used and a box
 // of it reads only the chunks it overlaps.
-Tensor assemble(DataFiles& files, const Item& item, const LoadOptions& options, ChunkCache& cache) {
+Tensor assemble(DataFiles& files, const Item& item, const LoadOptions& options, ChunkCache& cache,
+                RecordCrcs& crcs) {
   std::vector<Piece> pieces;
   pieces.reserve(item.chunks.size());
   for (const Chunk& chunk : item.chunks) {
     pieces.push_back({.box = {.offsets = chunk.offsets, .sizes = chunk.sizes},
-                      .data = chunk_tensor(files, item, chunk, options, cache)});
+                      .data = chunk_tensor(files, item, chunk, options, cache, crcs)});
   }
   return pieced_tensor(item.dtype, item.size, std::move(pieces), {.entry = item.fqn});
 }
@@ -194,13 +201,17 @@ Contents read_once(const fs::path& path, const LoadOptions& options) {
   }
   DataFiles files(path);
   ChunkCache cache;
+  RecordCrcs crcs;
   Contents contents;
   contents.format = "dcp";
+  // Every item is a torch.save archive: its records' zip CRC-32s are what
+  // `verify` checks (torch_detail::read_embedded).
+  contents.checksum = ChecksumKind::kCrc32;
   contents.tree = Tree::map();
   for (const Item& item : metadata.items) {
     Tree value;
     if (item.tensor) {
-      value = Tree(assemble(files, item, options, cache));
+      value = Tree(assemble(files, item, options, cache, crcs));
     } else {
       value = std::move(read_item(files, item.location, item.fqn, options).tree);
     }
@@ -209,8 +220,13 @@ Contents read_once(const fs::path& path, const LoadOptions& options) {
   restore_int_keys(contents.tree, metadata.int_keys);
   for (Tree::Leaf& leaf : contents.tree.tensor_leaves()) {
     const Tensor& tensor = leaf.value->tensor();
-    contents.entries.push_back(
-        {.name = std::move(leaf.name), .dtype = tensor.dtype(), .shape = tensor.shape(), .nbytes = tensor.nbytes()});
+    const auto crc = crcs.find(tensor.buffer().address());  // a tensor of one chunk: its record's
+    contents.entries.push_back({.name = std::move(leaf.name),
+                                .dtype = tensor.dtype(),
+                                .shape = tensor.shape(),
+                                .nbytes = tensor.nbytes(),
+                                .checksum = tensor.buffer().address() != nullptr && crc != crcs.end() ? crc->second
+                                                                                                      : std::string()});
   }
   if (!metadata.version.empty()) contents.metadata["dcp_version"] = metadata.version;
   return contents;
