@@ -297,8 +297,8 @@ class safe_open:
 
     def _attach(self, handle: Any) -> None:
         self._handle = handle
-        self._keys = sorted(handle.keys())
-        self._known = set(self._keys)
+        self._sorted_keys: Optional[List[str]] = None  # keys() and the names known, made on first use
+        self._known_names: Optional[Set[str]] = None
         self._lent: Set[str] = set()  # names whose memory a caller already holds
 
     def _open_handle(self) -> Any:
@@ -315,7 +315,15 @@ class safe_open:
 
     def keys(self) -> List[str]:
         self._open_handle()
-        return list(self._keys)
+        if self._sorted_keys is None:
+            self._sorted_keys = sorted(self._handle.keys())
+        return list(self._sorted_keys)
+
+    @property
+    def _known(self) -> Set[str]:
+        if self._known_names is None:
+            self._known_names = set(self._open_handle().keys())
+        return self._known_names
 
     def offset_keys(self) -> List[str]:
         return list(self._open_handle().keys())
