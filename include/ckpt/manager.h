@@ -176,8 +176,9 @@ class Manager {
   // removes whole step directories (every shard). No dedup: a sharded state
   // is written every time. Without a communicator: one rank, the same
   // layout. Throws as save() (ranks that pass different steps throw
-  // Error{kInvalidArgument} on all), and what ckpt::save_sharded throws for
-  // the tree and shards.
+  // Error{kInvalidArgument} on all; so does a manager whose format is not
+  // safetensors, or of the returnn layout), and what ckpt::save_sharded
+  // throws for the tree and shards.
   void save_sharded(int64_t step, const Tree& local_tree, const std::map<std::string, ShardSpec>& shards,
                     const SaveStepOptions& options = {});
 

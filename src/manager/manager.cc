@@ -763,6 +763,11 @@ void Manager::save_sharded(int64_t step, const Tree& local_tree, const std::map<
   Impl& m = *impl_;
   check_save(m.writing(), m.closed, m.run_dir, step, options);
   if (m.returnn) invalid("a RETURNN directory holds no sharded states", m.run_dir);
+  if (m.format->id() != "safetensors") {
+    invalid("a sharded state is safetensors shards: save_sharded needs a manager of format \"safetensors\", not " +
+                detail::quoted(std::string(m.format->id())),
+            m.run_dir);
+  }
   std::unique_lock<std::mutex> guard(m.mutex);
   m.rethrow_error();
   if (m.last_step && step <= *m.last_step) {

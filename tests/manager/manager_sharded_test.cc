@@ -389,6 +389,10 @@ TEST_F(ManagerShardedTest, OptionsThatASharedRunCannotTakeAreRefused) {
     manager.close();
   }));
   EXPECT_TRUE(load(run / "step-00000001" / "state") == testing::small_state(1));
+  // A one-process manager of another format writes no sharded state.
+  Manager tf(temp / "tf-run", {.format = "tf", .fsync = false});
+  EXPECT_THROW(tf.save_sharded(1, local_state(1, 0).first, {}), Error);
+  EXPECT_EQ(list_run_directory(temp / "tf-run").checkpoints.size(), 0u);
 }
 
 }  // namespace
