@@ -42,6 +42,13 @@ class Communicator {
   virtual std::vector<std::string> all_gather(std::string_view bytes) = 0;
   // Root's `bytes` on every rank (the others' `bytes` are ignored).
   virtual std::string broadcast(std::string_view bytes, size_t root) = 0;
+  // Whether the collectives may be called from another thread than the
+  // caller's while the caller goes on using its engine (its own messages
+  // never meet these). The manager runs an asynchronous sharded save on its
+  // background thread only then; otherwise the save blocks
+  // (Manager::save_sharded). ThreadGroup's: yes; MpiCommunicator's: when
+  // MPI runs at MPI_THREAD_MULTIPLE. False unless overridden.
+  virtual bool callable_from_any_thread() const { return false; }
 };
 
 // Where this rank's tensor lies in a sharded tensor: the global tensor's

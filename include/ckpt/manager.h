@@ -1,11 +1,13 @@
 #pragma once
 // Manager: the history of one training run in a run directory, on top of the
-// plain save/load of checkpoint.h. One step directory per committed
-// checkpoint,
+// plain save/load of checkpoint.h, for one process or for the ranks of a
+// Communicator saving together (save_sharded). One step directory per
+// committed checkpoint,
 //
 //   RUN_DIR/step-00001200/state.safetensors   (the format's natural name:
 //                                              a TF bundle prefix `state`,
-//                                              an Orbax directory `state/`)
+//                                              an Orbax directory `state/`,
+//                                              a sharded save's `state/`)
 //   RUN_DIR/step-00001200/checkpoint.json     (step, epoch, metrics, time,
 //                                              every file with size and xxh3)
 //   RUN_DIR/ckpt_manager.json                 (policies, steps kept forever)
@@ -30,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/distributed.h"
 #include "ckpt/format.h"
 #include "ckpt/restore.h"
 #include "ckpt/retention.h"
@@ -79,6 +82,18 @@ struct ManagerOptions {
   // or the learning_rates file. A directory RETURNN wrote is continued; a
   // ckpt-layout one is refused (and the other way round).
   std::string layout = "ckpt";
+  // The ranks that save this run together (issue 20; docs/manager.md,
+  // "Sharded runs"): every rank opens a Manager on the same run_dir with its
+  // own communicator of one group, which must outlive the manager; nullptr:
+  // one process. Opening is then collective: rank 0 alone takes the run's
+  // lock, removes the temporaries, writes ckpt_manager.json, and later runs
+  // retention; the other ranks write only their shards. An Error on any
+  // rank while opening (the lock held by another writer, naming its pid and
+  // host; a directory of another layout) is thrown on every rank. Needs the
+  // "ckpt" layout and format "safetensors" (or ""): each step's state is a
+  // Hugging Face sharded directory. With read_only every rank opens on its
+  // own, and the communicator is not used.
+  Communicator* comm = nullptr;
 };
 
 // One file of a checkpoint saved in parts (per-module files: a frozen
@@ -125,6 +140,8 @@ class Manager {
 
   // Saves `state` as checkpoint `step`, which must be newer than every step
   // committed or pending. Blocking (the default): returns once committed.
+  // With ManagerOptions::comm: save_sharded(step, state, {}) (every tensor
+  // whole, written once, by rank 0; collective).
   // Either way, retention runs after the commit on the background thread.
   // Throws the error of an earlier background save or cleanup first (once);
   // Error{kInvalidArgument} for a step not newer than the last, or a
@@ -135,9 +152,35 @@ class Manager {
   // each part is deduplicated on its own (hard-linked from the previous
   // step when that step has a part of the same name with the same state).
   // load() and restore_latest() return the union of the parts. Throws as
-  // save() above, and Error{kInvalidArgument} for no part, a part's name
+  // save() above, and Error{kInvalidArgument} with ManagerOptions::comm, for no part, a part's name
   // that is not a plain name or repeats another's, a part that is not a map.
   void save(int64_t step, const std::vector<StatePart>& parts, const SaveStepOptions& options = {});
+
+  // Saves the state that the ranks of ManagerOptions::comm hold together as
+  // checkpoint `step`; collective (every rank calls it with the same step,
+  // its `local_tree` and `shards` as ckpt::save_sharded takes them). The step
+  // directory holds state/, the Hugging Face sharded directory
+  // (model-0000K-of-0000N.safetensors, one per rank, and
+  // model.safetensors.index.json), and checkpoint.json, which rank 0 writes
+  // listing every file with its size and xxh3 (each rank hashes the shard
+  // it wrote). The whole step directory is one commit, rank 0's rename
+  // (the protocol of save_sharded): a rank that fails or leaves mid-save
+  // commits nothing, leaves the checkpoints before intact, and every live
+  // rank throws its Error. The metrics, epoch and keep_forever are rank 0's
+  // options'. Blocking: returns once committed on every rank. Not blocking:
+  // each rank snapshots its tensors as save() does and the protocol runs on
+  // the manager's background thread, when the communicator is
+  // callable_from_any_thread(); otherwise (MPI below
+  // MPI_THREAD_MULTIPLE, a torch ProcessGroup from Python) the save blocks.
+  // Retention runs on rank 0 after each commit, in the background, and
+  // removes whole step directories (every shard). No dedup: a sharded state
+  // is written every time. Without a communicator: one rank, the same
+  // layout. Throws as save() (ranks that pass different steps throw
+  // Error{kInvalidArgument} on all; so does a manager whose format is not
+  // safetensors, or of the returnn layout), and what ckpt::save_sharded
+  // throws for the tree and shards.
+  void save_sharded(int64_t step, const Tree& local_tree, const std::map<std::string, ShardSpec>& shards,
+                    const SaveStepOptions& options = {});
 
   // The committed checkpoints, oldest first, with kept_by (a read of the
   // directory; pending saves are not listed until committed).
@@ -166,7 +209,9 @@ class Manager {
   // is done, the checkpoints that retention removed gone from the disk too
   // (their removal runs off the saving thread, in the background: until
   // then they lie under hidden temporary names, in no listing); rethrows
-  // the first error one of them hit.
+  // the first error one of them hit. With ManagerOptions::comm: collective
+  // (every rank calls it), returning once rank 0's cleanup is done too, so
+  // that every rank then lists the same.
   void wait();
   // wait(), then releases the lock; the manager reads only afterwards.
   // Rethrows as wait(). A second close() does nothing.

@@ -36,6 +36,11 @@ class MpiCommunicator final : public Communicator {
 
   size_t rank() const override { return rank_; }
   size_t size() const override { return size_; }
+  // True when MPI was initialized at MPI_THREAD_MULTIPLE (MPI_Query_thread,
+  // asked once here): only then do the manager's asynchronous sharded saves
+  // run their collectives on its background thread (on the duplicate, so
+  // they never meet the caller's messages); otherwise they block.
+  bool callable_from_any_thread() const override { return thread_multiple_; }
   void barrier() override;
   // Messages up to 2 GiB - 1 bytes each, and in all (MPI counts are int);
   // more throws Error{kInvalidArgument}.
@@ -46,6 +51,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   size_t rank_ = 0;
   size_t size_ = 0;
+  bool thread_multiple_ = false;
 };
 
 }  // namespace ckpt

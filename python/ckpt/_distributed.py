@@ -46,6 +46,7 @@ class Shard:
 class _OneProcess:
     rank = 0
     size = 1
+    background = True  # ckpt.Manager may call it from its background thread
 
     def all_gather(self, data: bytes) -> List[bytes]:
         return [data]
@@ -58,6 +59,8 @@ class _OneProcess:
 
 
 class _Mpi4py:
+    background = False
+
     def __init__(self, comm: Any):
         self.comm = comm
         self.rank = comm.Get_rank()
@@ -74,6 +77,8 @@ class _Mpi4py:
 
 
 class _TorchGroup:
+    background = False
+
     def __init__(self, group: Any):
         import torch.distributed as dist
         self.dist = dist
@@ -118,6 +123,30 @@ def communicator(comm: Any) -> Any:
         return _TorchGroup(comm)
     raise TypeError(f"comm= takes an mpi4py communicator, a torch.distributed ProcessGroup or None, "
                     f"not {type(comm).__module__}.{type(comm).__name__}")
+
+
+def manager_communicator(comm: Any) -> Any:
+    """The adapter for a ckpt.Manager's ``comm=`` (collective: every rank
+    calls it). Its ``background`` says whether the manager may run a save's
+    collectives on its background thread while the training loop goes on
+    using the engine (``blocking=False``; else such a save blocks): an
+    mpi4py communicator is duplicated (``Dup``, so that ckpt's messages never
+    meet the caller's) and may when MPI runs at ``MPI_THREAD_MULTIPLE``
+    (mpi4py's default); a torch ProcessGroup spanning the whole world gets a
+    gloo group of its own (``new_group``) and may; a smaller one may not."""
+    adapter = communicator(comm)
+    if isinstance(adapter, _Mpi4py):
+        from mpi4py import MPI
+        duplicate = _Mpi4py(adapter.comm.Dup())
+        duplicate.background = MPI.Query_thread() == MPI.THREAD_MULTIPLE
+        return duplicate
+    if isinstance(adapter, _TorchGroup):
+        dist = adapter.dist
+        if adapter.size == dist.get_world_size():
+            own = _TorchGroup(dist.new_group(backend="gloo"))
+            own.background = True
+            return own
+    return adapter
 
 
 # ---- Leaves that are shards ----

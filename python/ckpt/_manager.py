@@ -12,7 +12,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from ._gc import no_gc as _no_gc
-from . import _device, _restore
+from . import _device, _distributed, _restore
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -82,6 +82,20 @@ class Manager:
     unchanged state from the previous step; ``fsync`` makes commits durable;
     ``read_only`` opens without the lock (save raises).
 
+    ``comm``: the ranks that save this run together (an mpi4py communicator
+    or a torch.distributed ProcessGroup; None: one process). Every rank opens
+    a Manager on the same ``run_dir`` with it (collective: rank 0 alone takes
+    the lock, writes the run's records and runs retention; an error on one
+    rank raises on all). Each :meth:`save` is then collective and writes the
+    step's state as a Hugging Face sharded directory ``step-N/state/`` (one
+    shard file per rank, committed as one step directory); leaves may be
+    ``ckpt.Shard``, DTensor, ShardedTensor or jax Arrays, as ``ckpt.save(...,
+    comm=)`` takes them; no dedup. ``blocking=False`` runs a save's
+    collectives on the manager's thread where the engine allows it
+    (``_distributed.manager_communicator``), else it blocks. :meth:`load`
+    takes ``boxes=`` to read this rank's part (docs/manager.md, "Sharded
+    runs").
+
     Raises OSError naming the holder's pid and host if another writer holds
     the run's lock; ValueError for a bad option; UnsupportedError for a format
     that cannot be written; FileNotFoundError for a missing run_dir when
@@ -96,15 +110,16 @@ class Manager:
                  keep_every_steps: Optional[int] = None, keep_every_seconds: Optional[float] = None,
                  keep_steps: Iterable[int] = (), keep: Optional[Callable[[List[Any]], Iterable[int]]] = None,
                  policy: Any = None, format: Optional[str] = None, max_in_flight: int = 1, dedup: bool = True,
-                 fsync: bool = True, read_only: bool = False, layout: str = "ckpt"):
+                 fsync: bool = True, read_only: bool = False, layout: str = "ckpt", comm: Any = None):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, not {max_in_flight}")
+        self._comm = None if comm is None or read_only else _distributed.manager_communicator(comm)
         self._core = _core().Manager(
             _path(run_dir), keep_last=keep_last, keep_best=keep_best, metric=metric or "", mode=mode,
             keep_missing_metric=keep_missing_metric, keep_every_steps=keep_every_steps,
             keep_every_seconds=keep_every_seconds, keep_steps=list(keep_steps), keep=keep,
             policy=_policies(policy), format=format or "", max_in_flight=max_in_flight, dedup=dedup,
-            fsync=fsync, read_only=read_only, layout=layout)
+            fsync=fsync, read_only=read_only, layout=layout, comm=self._comm)
         self._closed = False
         self._metric, self._mode = metric or "", mode
         _open_managers.add(self)
@@ -141,6 +156,14 @@ class Manager:
         manager; TypeError for values ckpt cannot store; what ``ckpt.save``
         raises (a blocking save)."""
         metrics = {str(k): float(v) for k, v in (metrics or {}).items()}
+        if parts is None and (self._comm is not None or _distributed.has_shards(state)):
+            # A sharded save (collective with comm=): this rank's tensors and their shards.
+            local, shards = _distributed.split_state(state)
+            local = _device.host_state(local)
+            with _no_gc():
+                self._core.save(step, local, metrics=metrics, epoch=epoch, blocking=blocking,
+                                keep_forever=keep_forever, shards=shards)
+            return
         if parts is not None:
             if state is not None:
                 raise ValueError("save() takes a state or parts=, not both")
@@ -181,12 +204,17 @@ class Manager:
         return self._core.best(name, mode or (self._mode if name == self._metric else "min"))
 
     def load(self, step: int, *, framework: str = "numpy", lazy: bool = True, verify: bool = False,
-             threads: int = 0) -> Any:
+             threads: int = 0, boxes: Optional[Mapping[str, Any]] = None) -> Any:
         """Checkpoint ``step``'s state as :func:`ckpt.load` returns it. A writing
-        manager does not delete it until it commits a newer one. Raises
+        manager does not delete it until it commits a newer one. ``boxes``
+        (``{name: (offsets, sizes)}``) loads those leaves as that box of
+        the tensor, read from the shards it overlaps only (a sharded run's
+        rank its part; a local read on each rank, no collective). Raises
         FileNotFoundError for a step that is not committed."""
+        wanted = {str(name): (list(offsets), list(sizes)) for name, (offsets, sizes) in (boxes or {}).items()}
         with _no_gc():
-            return self._core.load(step, framework=framework, lazy=lazy, verify=verify, threads=threads)
+            return self._core.load(step, framework=framework, lazy=lazy, verify=verify, threads=threads,
+                                   boxes=wanted)
 
     def restore_latest(self, target: Any, **restore_options: Any) -> Optional[_restore.RestoreReport]:
         """Restores the newest committed checkpoint into ``target`` (a torch
@@ -212,7 +240,8 @@ class Manager:
 
     def wait(self) -> None:
         """Waits until every pending save is committed and the cleanup after it
-        is done; raises the first error one of them hit."""
+        is done; raises the first error one of them hit. With ``comm=``:
+        collective, returning once rank 0's cleanup is done too."""
         self._core.wait()
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 // _ckpt's sharded saves (distributed_bindings.h). The protocol is the C++
 // one (save_sharded); its collectives call back into the Python adapter,
-// with the GIL held throughout (the adapter's engines release it while they
+// taking the GIL for each (the adapter's engines release it while they
 // wait: mpi4py, torch.distributed).
 
 #include "distributed_bindings.h"
@@ -20,46 +20,44 @@
 namespace ckpt::python {
 namespace {
 
-// A Communicator over a Python object with `rank` and `size` (ints) and the
-// methods all_gather(bytes) -> list of bytes, broadcast(bytes, root) ->
-// bytes and barrier(). Python exceptions raised there propagate as they are.
-class PythonCommunicator final : public Communicator {
- public:
-  explicit PythonCommunicator(py::object adapter)
-      : adapter_(std::move(adapter)),
-        rank_(adapter_.attr("rank").cast<size_t>()),
-        size_(adapter_.attr("size").cast<size_t>()) {}
-
-  size_t rank() const override { return rank_; }
-  size_t size() const override { return size_; }
-  void barrier() override { adapter_.attr("barrier")(); }
-  std::vector<std::string> all_gather(std::string_view bytes) override {
-    const py::object gathered = adapter_.attr("all_gather")(py::bytes(bytes.data(), bytes.size()));
-    std::vector<std::string> out;
-    for (py::handle item : py::iter(gathered)) out.push_back(bytes_of(item));
-    return out;
+std::string bytes_of(py::handle item) {
+  if (!py::isinstance<py::bytes>(item)) {
+    throw Error(ErrorCode::kIo, "the communicator returned " + std::string(py::str(item.get_type())) +
+                                    " where it must return bytes");
   }
-  std::string broadcast(std::string_view bytes, size_t root) override {
-    return bytes_of(adapter_.attr("broadcast")(py::bytes(bytes.data(), bytes.size()), root));
-  }
-
- private:
-  static std::string bytes_of(py::handle item) {
-    if (!py::isinstance<py::bytes>(item)) {
-      throw Error(ErrorCode::kIo, "the communicator returned " + std::string(py::str(item.get_type())) +
-                                      " where it must return bytes");
-    }
-    return item.cast<std::string>();
-  }
-  py::object adapter_;
-  size_t rank_;
-  size_t size_;
-};
+  return item.cast<std::string>();
+}
 
 using ShardsIn = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>>;
 using BoxesIn = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>>;
 
 }  // namespace
+
+PythonCommunicator::PythonCommunicator(py::object adapter)
+    : adapter_(std::move(adapter)),
+      rank_(adapter_.attr("rank").cast<size_t>()),
+      size_(adapter_.attr("size").cast<size_t>()),
+      background_(py::getattr(adapter_, "background", py::bool_(false)).cast<bool>()) {}
+
+PythonCommunicator::~PythonCommunicator() = default;
+
+void PythonCommunicator::barrier() {
+  py::gil_scoped_acquire gil;
+  adapter_.attr("barrier")();
+}
+
+std::vector<std::string> PythonCommunicator::all_gather(std::string_view bytes) {
+  py::gil_scoped_acquire gil;
+  const py::object gathered = adapter_.attr("all_gather")(py::bytes(bytes.data(), bytes.size()));
+  std::vector<std::string> out;
+  for (py::handle item : py::iter(gathered)) out.push_back(bytes_of(item));
+  return out;
+}
+
+std::string PythonCommunicator::broadcast(std::string_view bytes, size_t root) {
+  py::gil_scoped_acquire gil;
+  return bytes_of(adapter_.attr("broadcast")(py::bytes(bytes.data(), bytes.size()), root));
+}
 
 void bind_distributed(py::module_& m) {
   m.def(

@@ -11,6 +11,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "ckpt/manager.h"
 #include "ckpt/retention.h"
 #include "ckpt/run_directory.h"
+#include "distributed_bindings.h"
 #include "values.h"
 
 namespace ckpt::python {
@@ -95,22 +97,32 @@ std::vector<RetentionPolicy> policies_in(py::handle policies) {
   return out;
 }
 
-// A ckpt::Manager whose destructor waits with the GIL released.
+// A ckpt::Manager whose destructor waits with the GIL released, and the
+// communicator of a sharded run (ManagerOptions::comm), which outlives it
+// and goes with the GIL held.
 class ManagerHandle {
  public:
-  explicit ManagerHandle(std::unique_ptr<Manager> manager) : manager_(std::move(manager)) {}
+  explicit ManagerHandle(std::unique_ptr<PythonCommunicator> comm) : comm_(std::move(comm)) {}
   ManagerHandle(const ManagerHandle&) = delete;
   ManagerHandle& operator=(const ManagerHandle&) = delete;
   ~ManagerHandle() {
-    py::gil_scoped_release unlocked;
-    manager_.reset();
+    {
+      py::gil_scoped_release unlocked;
+      manager_.reset();
+    }
+    comm_.reset();
   }
+  void open(std::unique_ptr<Manager> manager) { manager_ = std::move(manager); }
+  Communicator* comm() { return comm_.get(); }
   Manager& operator*() { return *manager_; }
   Manager* operator->() { return manager_.get(); }
 
  private:
+  std::unique_ptr<PythonCommunicator> comm_;
   std::unique_ptr<Manager> manager_;
 };
+
+using ManagerShardsIn = std::map<std::string, std::pair<std::vector<int64_t>, std::vector<int64_t>>>;
 
 template <class Policy>
 Policy validated(Policy policy) {
@@ -299,7 +311,7 @@ void bind_manager_class(py::module_& m) {
                        bool keep_missing_metric, std::optional<int64_t> keep_every_steps,
                        std::optional<double> keep_every_seconds, std::vector<int64_t> keep_steps, py::object keep,
                        py::handle policy, std::string format, size_t max_in_flight, bool dedup, bool fsync,
-                       bool read_only, std::string layout) {
+                       bool read_only, std::string layout, py::object comm) {
              ManagerOptions options{.keep_last = keep_last,
                                     .keep_best = keep_best,
                                     .metric = std::move(metric),
@@ -320,22 +332,42 @@ void bind_manager_class(py::module_& m) {
                if (!PyCallable_Check(keep.ptr())) throw py::type_error("keep= must be a callable");
                options.keep = keep_function(keep);
              }
-             py::gil_scoped_release unlocked;
-             return new ManagerHandle(std::make_unique<Manager>(run_dir, std::move(options)));
+             auto handle = std::make_unique<ManagerHandle>(
+                 comm.is_none() ? nullptr : std::make_unique<PythonCommunicator>(std::move(comm)));
+             options.comm = handle->comm();
+             {
+               py::gil_scoped_release unlocked;  // the collectives of a sharded run's opening take it
+               handle->open(std::make_unique<Manager>(run_dir, std::move(options)));
+             }
+             return handle.release();
            }),
            py::arg("run_dir"), py::kw_only(), py::arg("keep_last") = py::none(), py::arg("keep_best") = py::none(),
            py::arg("metric") = "", py::arg("mode") = "min", py::arg("keep_missing_metric") = true,
            py::arg("keep_every_steps") = py::none(), py::arg("keep_every_seconds") = py::none(),
            py::arg("keep_steps") = std::vector<int64_t>{}, py::arg("keep") = py::none(), py::arg("policy") = py::none(),
            py::arg("format") = "safetensors", py::arg("max_in_flight") = 1, py::arg("dedup") = true,
-           py::arg("fsync") = true, py::arg("read_only") = false, py::arg("layout") = "ckpt")
+           py::arg("fsync") = true, py::arg("read_only") = false, py::arg("layout") = "ckpt",
+           py::arg("comm") = py::none())
       .def_property_readonly("run_dir", [](ManagerHandle& h) { return h->run_dir().string(); })
       .def(
           "save",
           [](ManagerHandle& h, int64_t step, py::handle state, std::map<std::string, double> metrics,
-             std::optional<int64_t> epoch, bool blocking, bool keep_forever, py::object parts) {
+             std::optional<int64_t> epoch, bool blocking, bool keep_forever, py::object parts, py::object shards) {
             const SaveStepOptions options{
                 .metrics = std::move(metrics), .epoch = epoch, .blocking = blocking, .keep_forever = keep_forever};
+            if (!shards.is_none()) {
+              // A sharded save: this rank's state and its shards {name: (global_shape, offsets)}.
+              std::map<std::string, ShardSpec> specs;
+              for (const auto& [name, spec] : shards.cast<ManagerShardsIn>()) {
+                specs[name] = ShardSpec{.global_shape = spec.first, .offsets = spec.second};
+              }
+              Tree tree = value_in(state, "", 0);
+              {
+                py::gil_scoped_release unlocked;
+                h->save_sharded(step, tree, specs, options);
+              }
+              return;  // `tree` is released here, with the GIL held
+            }
             if (!parts.is_none()) {
               // A state in parts: {part name: state}, in the dict's order.
               std::vector<StatePart> in;
@@ -356,7 +388,7 @@ void bind_manager_class(py::module_& m) {
           },
           py::arg("step"), py::arg("state"), py::kw_only(), py::arg("metrics") = std::map<std::string, double>{},
           py::arg("epoch") = py::none(), py::arg("blocking") = true, py::arg("keep_forever") = false,
-          py::arg("parts") = py::none())
+          py::arg("parts") = py::none(), py::arg("shards") = py::none())
       .def("list",
            [](ManagerHandle& h) {
              py::gil_scoped_release unlocked;
@@ -377,17 +409,20 @@ void bind_manager_class(py::module_& m) {
           py::arg("metric"), py::arg("mode") = "min")
       .def(
           "load",
-          [](ManagerHandle& h, int64_t step, const std::string& framework, bool lazy, bool verify, unsigned threads) {
+          [](ManagerHandle& h, int64_t step, const std::string& framework, bool lazy, bool verify, unsigned threads,
+             const ManagerShardsIn& boxes) {
             const Framework fw = framework_from(framework);
+            LoadOptions options{.verify = verify, .lazy = lazy, .threads = threads};
+            for (const auto& [name, box] : boxes) options.boxes[name] = Box{.offsets = box.first, .sizes = box.second};
             Tree tree;
             {
               py::gil_scoped_release unlocked;
-              tree = h->load(step, {.verify = verify, .lazy = lazy, .threads = threads});
+              tree = h->load(step, options);
             }
             return value_out(tree, fw);
           },
           py::arg("step"), py::kw_only(), py::arg("framework") = "numpy", py::arg("lazy") = true,
-          py::arg("verify") = false, py::arg("threads") = 0)
+          py::arg("verify") = false, py::arg("threads") = 0, py::arg("boxes") = ManagerShardsIn{})
       .def(
           "load_latest",
           [](ManagerHandle& h, const std::string& framework, bool lazy, bool verify, unsigned threads) -> py::object {

@@ -37,6 +37,9 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm) {
   check(MPI_Comm_size(comm_, &size), "MPI_Comm_size");
   rank_ = static_cast<size_t>(rank);
   size_ = static_cast<size_t>(size);
+  int provided = MPI_THREAD_SINGLE;
+  check(MPI_Query_thread(&provided), "MPI_Query_thread");
+  thread_multiple_ = provided == MPI_THREAD_MULTIPLE;
 }
 
 MpiCommunicator::~MpiCommunicator() {

@@ -15,6 +15,7 @@ class ThreadCommunicator final : public Communicator {
 
   size_t rank() const override { return rank_; }
   size_t size() const override { return group_.size(); }
+  bool callable_from_any_thread() const override { return true; }
   void barrier() override { group_.all_gather(rank_, {}); }
   std::vector<std::string> all_gather(std::string_view bytes) override { return group_.all_gather(rank_, bytes); }
   std::string broadcast(std::string_view bytes, size_t root) override {

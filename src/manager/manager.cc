@@ -16,6 +16,8 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/error.h"
 #include "core/text.h"
+#include "distributed/sharded_commit.h"
+#include "distributed/wire.h"
 #include "io/atomic_directory.h"
 #include "io/atomic_file.h"
 #include "io/deferred_release.h"
@@ -66,6 +68,10 @@ struct Manager::Impl {
   struct Job {
     int64_t step = 0;
     std::vector<StatePart> parts;
+    // A sharded save (save_sharded): this rank's tree and shards instead of parts.
+    bool sharded = false;
+    Tree local_tree;
+    std::map<std::string, ShardSpec> shards;
     Buffer block;  // where an asynchronous save's snapshot lies
     SaveStepOptions options;
     bool done = false;
@@ -80,6 +86,13 @@ struct Manager::Impl {
   detail::RunConfig config;               // as persisted
 
   bool returnn = false;  // ManagerOptions::layout "returnn"
+  // ManagerOptions::comm of a writing manager; `follower`: a rank other than
+  // 0 of it, which writes its shards and nothing else (no lock).
+  Communicator* comm = nullptr;
+  bool follower = false;
+  // The one-rank group of save_sharded without a communicator.
+  std::unique_ptr<ThreadGroup> solo_group;
+  std::unique_ptr<Communicator> solo;
 
   std::mutex mutex;
   std::condition_variable changed;
@@ -91,14 +104,31 @@ struct Manager::Impl {
   std::exception_ptr error;                    // of a background save or cleanup, not yet rethrown
   std::optional<int64_t> last_step;            // newest step committed or queued
   std::optional<int64_t> last_epoch;           // the returnn layout: newest epoch committed or queued
-  std::optional<int64_t> committed_step;       // the returnn layout: newest step (and epoch) committed
+  std::optional<int64_t> committed_step;       // the returnn layout, sharded saves: newest step (and epoch) committed
   std::optional<int64_t> committed_epoch;
   std::optional<int64_t> protected_step;       // loaded or restored from: kept until a newer commit
   std::optional<detail::StepRecord> last_record;  // the newest committed checkpoint's (dedup)
   Buffer spare;  // a written snapshot's block, for the next snapshot
   std::thread worker;
 
-  bool writing() const { return lock != nullptr; }
+  bool writing() const { return lock != nullptr || follower; }
+  // Whether this manager writes the run's records and runs retention: rank
+  // 0 of a sharded run, or the one process.
+  bool leader() const { return !follower; }
+  // The newest step committed, as this manager knows it.
+  std::optional<int64_t> newest_committed() const {
+    if (returnn || follower) return committed_step;
+    return last_record ? std::optional(last_record->step) : std::nullopt;
+  }
+  // The communicator of save_sharded: ManagerOptions::comm, else one rank of its own.
+  Communicator& sharded_comm() {
+    if (comm != nullptr) return *comm;
+    if (!solo) {
+      solo_group = std::make_unique<ThreadGroup>(1);
+      solo = solo_group->communicator(0);
+    }
+    return *solo;
+  }
   fs::path step_dir(int64_t step) const { return run_dir / detail::step_directory_name(step); }
 
   // Retention's policies now: the configured ones (a custom one with its
@@ -137,14 +167,10 @@ struct Manager::Impl {
         if (failure && !job->options.blocking && !error) error = failure;
         // A failed save leaves its step free again unless a later one is queued.
         if (failure && last_step == job->step) {
-          if (returnn) {
-            last_step = committed_step;
-            last_epoch = committed_epoch;
-          } else {
-            last_step = last_record ? std::optional(last_record->step) : std::nullopt;
-          }
+          last_step = newest_committed();
+          if (returnn) last_epoch = committed_epoch;
         }
-        if (!failure) cleanup_due = true;
+        if (!failure && leader()) cleanup_due = true;
         changed.notify_all();
         continue;
       }
@@ -176,16 +202,19 @@ struct Manager::Impl {
     std::optional<detail::StepRecord> record;
     if (returnn) {
       commit_epoch(job);
+    } else if (job.sharded) {
+      record = commit_sharded_step(job);
     } else {
       record = commit_step(job);
     }
     job.parts.clear();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
+    job.local_tree = Tree();
     if (!job.block.empty() && job.block.storage().use_count() == 1) {
       std::lock_guard<std::mutex> guard(mutex);
       if (job.block.size() > spare.size()) spare = std::move(job.block);
     }
     job.block = Buffer();
-    if (job.options.keep_forever) {
+    if (job.options.keep_forever && leader()) {
       {
         std::lock_guard<std::mutex> guard(mutex);
         if (!std::count(config.keep_forever.begin(), config.keep_forever.end(), job.step)) {
@@ -200,6 +229,7 @@ struct Manager::Impl {
     }
     std::lock_guard<std::mutex> guard(mutex);
     if (record) last_record = std::move(record);
+    if (job.sharded) committed_step = job.step;
     if (returnn) {
       committed_step = job.step;
       committed_epoch = job.options.epoch;
@@ -224,10 +254,7 @@ struct Manager::Impl {
   // returns its record.
   detail::StepRecord commit_step(Job& job) {
     const fs::path final_path = step_dir(job.step);
-    std::error_code status_error;
-    if (fs::exists(fs::symlink_status(final_path, status_error))) {
-      invalid("step directory exists already and is not one this manager committed", final_path);
-    }
+    refuse_existing(final_path);
     std::optional<detail::StepRecord> previous;
     {
       std::lock_guard<std::mutex> guard(mutex);
@@ -319,11 +346,61 @@ struct Manager::Impl {
     std::sort(record.files.begin(), record.files.end(),
               [](const detail::RecordedFile& a, const detail::RecordedFile& b) { return a.path < b.path; });
     record.time = now_seconds();
+    write_step_record(directory.path(), record);
+    directory.commit();
+    return record;
+  }
+
+  static void refuse_existing(const fs::path& final_path) {
+    std::error_code status_error;
+    if (fs::exists(fs::symlink_status(final_path, status_error))) {
+      invalid("step directory exists already and is not one this manager committed", final_path);
+    }
+  }
+
+  // Writes `record` as checkpoint.json into the temporary step directory `directory`.
+  void write_step_record(const fs::path& directory, const detail::StepRecord& record) const {
     const std::string json = detail::step_record_json(record);
-    detail::AtomicFile file(directory.path() / detail::kStepRecordName, {.fsync = options.fsync});
+    detail::AtomicFile file(directory / detail::kStepRecordName, {.fsync = options.fsync});
     file.write_at(std::as_bytes(std::span(json.data(), json.size())), 0);
     file.commit({.sync_directory = false});  // the directory's commit syncs it
-    directory.commit();
+  }
+
+  // A sharded save's step directory: state/ (the Hugging Face sharded
+  // directory, each rank's shard) and checkpoint.json (rank 0's, from the
+  // files the ranks report), committed by the protocol of
+  // distributed/sharded_commit.h. Returns the record on rank 0.
+  std::optional<detail::StepRecord> commit_sharded_step(Job& job) {
+    const fs::path final_path = step_dir(job.step);
+    std::optional<detail::StepRecord> record;
+    distributed_detail::commit_sharded(
+        job.local_tree, job.shards, sharded_comm(),
+        {.directory = final_path,
+         .state_subdirectory = fs::path(detail::kShardedStateName),
+         .agreement = "step " + std::to_string(job.step),
+         .record_files = true,
+         .save = {.fsync = options.fsync, .threads = job.options.blocking ? 0u : 1u},
+         .files_synced = true,
+         .check_target = [&] { refuse_existing(final_path); },
+         .commit_files =
+             [&](const fs::path& temporary, const std::vector<distributed_detail::WrittenFile>& written) {
+               detail::StepRecord made{.step = job.step,
+                                       .epoch = job.options.epoch,
+                                       .metrics = job.options.metrics,
+                                       .time = now_seconds(),
+                                       .format = "hf_sharded",
+                                       .state = std::string(detail::kShardedStateName),
+                                       .state_digest = {},
+                                       .parts = {},
+                                       .files = {}};
+               for (const distributed_detail::WrittenFile& file : written) {
+                 made.files.push_back({.path = file.path, .size = file.size, .xxh3 = file.xxh3});
+               }
+               std::sort(made.files.begin(), made.files.end(),
+                         [](const detail::RecordedFile& a, const detail::RecordedFile& b) { return a.path < b.path; });
+               write_step_record(temporary, made);
+               record = std::move(made);
+             }});
     return record;
   }
 
@@ -421,6 +498,32 @@ struct Manager::Impl {
     changed.notify_all();
     if (worker.joinable()) worker.join();
     lock.reset();
+    follower = false;
+  }
+
+  // Runs `job` (a sharded save) on the calling thread, as the worker would,
+  // once the saves before it and the cleanup after them are done; then the
+  // cleanup after it follows on the worker. `guard` holds the mutex.
+  void commit_here(Job& job, std::unique_lock<std::mutex>& guard) {
+    busy = true;
+    guard.unlock();
+    std::exception_ptr failure;
+    try {
+      commit(job);
+    } catch (abi::__forced_unwind&) {
+      guard.lock();
+      busy = false;
+      changed.notify_all();
+      throw;  // the thread is being cancelled: let it end
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    guard.lock();
+    busy = false;
+    if (failure && last_step == job.step) last_step = newest_committed();
+    if (!failure && leader()) cleanup_due = true;
+    changed.notify_all();
+    if (failure) std::rethrow_exception(failure);
   }
 };
 
@@ -436,6 +539,13 @@ Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_uni
   if (m.returnn && !m.options.format.empty() && m.options.format != "torch") {
     invalid("a RETURNN directory holds torch files (epoch.NNN.pt): the returnn layout takes format \"torch\", not " +
             detail::quoted(m.options.format));
+  }
+  if (m.options.comm != nullptr) {
+    if (m.returnn) invalid("a run saved by several ranks (comm) uses the ckpt layout, not returnn");
+    if (!m.options.format.empty() && m.options.format != "safetensors") {
+      invalid("a run saved by several ranks (comm) holds sharded safetensors states: format \"safetensors\", not " +
+              detail::quoted(m.options.format));
+    }
   }
   m.policies = configured_policies(m.options);
   const std::string format = m.options.format.empty() ? (m.returnn ? "torch" : "safetensors") : m.options.format;
@@ -458,68 +568,97 @@ Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_uni
     if (persisted && persisted->layout == "returnn") m.returnn = true;
     return;
   }
-  // Another tool's run is refused before anything is written into it (the
-  // lock file included); checked again below, under the lock.
-  const auto refuse_foreign = [&] {
-    const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
-    if (persisted && persisted->layout != m.options.layout) {
-      invalid("the run directory is managed in the " + persisted->layout + " layout, not " + m.options.layout,
-              m.run_dir);
-    }
-    if (m.returnn) {
-      const RunListing other = list_run_directory(m.run_dir);
-      if (other.layout != "returnn" && other.layout != "empty") {
-        invalid("the directory holds a " + other.layout + " run; the returnn layout writes only RETURNN's", m.run_dir);
+  // Takes the lock, removes leftovers, records the policies, and learns
+  // the newest step: the one process's, or rank 0's of a sharded run.
+  const auto open_writer = [&] {
+    // Another tool's run is refused before anything is written into it (the
+    // lock file included); checked again below, under the lock.
+    const auto refuse_foreign = [&] {
+      const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
+      if (persisted && persisted->layout != m.options.layout) {
+        invalid("the run directory is managed in the " + persisted->layout + " layout, not " + m.options.layout,
+                m.run_dir);
       }
-      return;
+      if (m.returnn) {
+        const RunListing other = list_run_directory(m.run_dir);
+        if (other.layout != "returnn" && other.layout != "empty") {
+          invalid("the directory holds a " + other.layout + " run; the returnn layout writes only RETURNN's", m.run_dir);
+        }
+        return;
+      }
+      if (detail::list_ckpt_run(m.run_dir)) return;
+      const RunListing other = list_run_directory(m.run_dir);
+      if (other.layout != "empty") {
+        invalid("the directory holds a " + other.layout + " run; the manager writes only its own layout", m.run_dir);
+      }
+    };
+    if (fs::is_directory(m.run_dir, error)) refuse_foreign();
+    fs::create_directories(m.run_dir, error);
+    if (!fs::is_directory(m.run_dir)) {
+      throw Error(ErrorCode::kIo, "cannot create the run directory: " + error.message(), {.path = m.run_dir});
     }
-    if (detail::list_ckpt_run(m.run_dir)) return;
-    const RunListing other = list_run_directory(m.run_dir);
-    if (other.layout != "empty") {
-      invalid("the directory holds a " + other.layout + " run; the manager writes only its own layout", m.run_dir);
+    m.lock = std::make_unique<detail::RunLock>(m.run_dir);
+    refuse_foreign();
+    detail::remove_leftovers(m.run_dir);
+    const std::optional<RunListing> listing = detail::list_ckpt_run(m.run_dir);
+    const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
+    m.config.format = std::string(m.format->id());
+    m.config.layout = m.options.layout;
+    if (persisted) m.config.committed_epochs = persisted->committed_epochs;
+    std::set<int64_t> forever(m.options.keep_steps.begin(), m.options.keep_steps.end());
+    if (persisted) forever.insert(persisted->keep_forever.begin(), persisted->keep_forever.end());
+    m.config.keep_forever.assign(forever.begin(), forever.end());
+    for (const RetentionPolicy& policy : m.policies) {
+      if (const auto* custom = std::get_if<CustomPolicy>(&policy)) {
+        CustomPolicy recorded{.keep = {}, .last_kept = custom->last_kept};
+        if (persisted) {
+          for (const RetentionPolicy& old : persisted->policies) {
+            if (const auto* old_custom = std::get_if<CustomPolicy>(&old)) recorded.last_kept = old_custom->last_kept;
+          }
+        }
+        m.config.policies.push_back(recorded);
+      } else {
+        m.config.policies.push_back(policy);
+      }
+    }
+    detail::write_run_config(m.run_dir, m.config);
+    if (m.returnn) {
+      for (const CheckpointEntry& entry : m.committed()) {  // RETURNN's own epochs count, steps where known
+        if (entry.epoch && (!m.last_epoch || *entry.epoch > *m.last_epoch)) m.last_epoch = entry.epoch;
+        if (entry.step && (!m.last_step || *entry.step > *m.last_step)) m.last_step = entry.step;
+      }
+      m.committed_step = m.last_step;
+      m.committed_epoch = m.last_epoch;
+    } else if (listing && !listing->checkpoints.empty()) {
+      const CheckpointEntry& newest = listing->checkpoints.back();
+      m.last_step = newest.step;
+      m.last_record = detail::read_step_record(newest.files.front());
     }
   };
-  if (fs::is_directory(m.run_dir, error)) refuse_foreign();
-  fs::create_directories(m.run_dir, error);
-  if (!fs::is_directory(m.run_dir)) {
-    throw Error(ErrorCode::kIo, "cannot create the run directory: " + error.message(), {.path = m.run_dir});
-  }
-  m.lock = std::make_unique<detail::RunLock>(m.run_dir);
-  refuse_foreign();
-  detail::remove_leftovers(m.run_dir);
-  const std::optional<RunListing> listing = detail::list_ckpt_run(m.run_dir);
-  const std::optional<detail::RunConfig> persisted = detail::read_run_config(m.run_dir);
-  m.config.format = std::string(m.format->id());
-  m.config.layout = m.options.layout;
-  if (persisted) m.config.committed_epochs = persisted->committed_epochs;
-  std::set<int64_t> forever(m.options.keep_steps.begin(), m.options.keep_steps.end());
-  if (persisted) forever.insert(persisted->keep_forever.begin(), persisted->keep_forever.end());
-  m.config.keep_forever.assign(forever.begin(), forever.end());
-  for (const RetentionPolicy& policy : m.policies) {
-    if (const auto* custom = std::get_if<CustomPolicy>(&policy)) {
-      CustomPolicy recorded{.keep = {}, .last_kept = custom->last_kept};
-      if (persisted) {
-        for (const RetentionPolicy& old : persisted->policies) {
-          if (const auto* old_custom = std::get_if<CustomPolicy>(&old)) recorded.last_kept = old_custom->last_kept;
-        }
-      }
-      m.config.policies.push_back(recorded);
-    } else {
-      m.config.policies.push_back(policy);
+  if (m.options.comm == nullptr) {
+    open_writer();
+  } else {
+    Communicator& comm = *m.options.comm;
+    distributed_detail::check_communicator(comm, m.run_dir);
+    // Rank 0 opens; every rank hears its outcome and its newest step.
+    const std::vector<std::string> opened = distributed_detail::exchange(comm, m.run_dir, [&] {
+      distributed_detail::Encoder out;
+      if (comm.rank() != 0) return out.take();
+      open_writer();
+      out.u64(m.last_step ? 1 : 0);
+      out.u64(m.last_step ? static_cast<uint64_t>(*m.last_step) : 0);
+      return out.take();
+    });
+    m.comm = &comm;
+    if (comm.rank() != 0) {
+      distributed_detail::Decoder in(opened[0], 0);
+      const bool any = in.u64() != 0;
+      const auto newest = static_cast<int64_t>(in.u64());
+      in.finish();
+      if (any) m.last_step = newest;
+      m.committed_step = m.last_step;
+      m.follower = true;
     }
-  }
-  detail::write_run_config(m.run_dir, m.config);
-  if (m.returnn) {
-    for (const CheckpointEntry& entry : m.committed()) {  // RETURNN's own epochs count, steps where known
-      if (entry.epoch && (!m.last_epoch || *entry.epoch > *m.last_epoch)) m.last_epoch = entry.epoch;
-      if (entry.step && (!m.last_step || *entry.step > *m.last_step)) m.last_step = entry.step;
-    }
-    m.committed_step = m.last_step;
-    m.committed_epoch = m.last_epoch;
-  } else if (listing && !listing->checkpoints.empty()) {
-    const CheckpointEntry& newest = listing->checkpoints.back();
-    m.last_step = newest.step;
-    m.last_record = detail::read_step_record(newest.files.front());
   }
   m.worker = std::thread([&m] { m.worker_loop(); });
 }
@@ -530,17 +669,32 @@ Manager::~Manager() {
 
 const fs::path& Manager::run_dir() const noexcept { return impl_->run_dir; }
 
+namespace {
+
+// The checks every save makes before it is queued: a writing manager, the
+// metrics' names, the step's sign.
+void check_save(bool writing, bool closed, const fs::path& run_dir, int64_t step, const SaveStepOptions& options) {
+  if (!writing) invalid(closed ? "the manager is closed" : "the manager is read-only", run_dir);
+  for (const auto& [name, value] : options.metrics) {
+    if (name.empty() || !detail::valid_utf8(name)) invalid("a metric's name must be non-empty UTF-8: " + detail::quoted(name));
+  }
+  if (step < 0) invalid("a step must be >= 0, not " + std::to_string(step));
+}
+
+}  // namespace
+
 void Manager::save(int64_t step, const Tree& state, const SaveStepOptions& options) {
+  if (impl_->comm != nullptr) {
+    save_sharded(step, state, {}, options);
+    return;
+  }
   save(step, std::vector<StatePart>{{.name = "state", .state = state}}, options);
 }
 
 void Manager::save(int64_t step, const std::vector<StatePart>& parts, const SaveStepOptions& options) {
   Impl& m = *impl_;
-  if (!m.writing()) invalid(m.closed ? "the manager is closed" : "the manager is read-only", m.run_dir);
-  for (const auto& [name, value] : options.metrics) {
-    if (name.empty() || !detail::valid_utf8(name)) invalid("a metric's name must be non-empty UTF-8: " + detail::quoted(name));
-  }
-  if (step < 0) invalid("a step must be >= 0, not " + std::to_string(step));
+  check_save(m.writing(), m.closed, m.run_dir, step, options);
+  if (m.comm != nullptr) invalid("a run saved by several ranks (comm) takes no state in parts", m.run_dir);
   if (parts.empty()) invalid("a checkpoint needs at least one state part");
   std::set<std::string_view> names;
   for (const StatePart& part : parts) {
@@ -606,6 +760,56 @@ void Manager::save(int64_t step, const std::vector<StatePart>& parts, const Save
   if (!options.blocking) return;
   m.changed.wait(guard, [&] { return job->done; });
   if (job->error) std::rethrow_exception(job->error);
+}
+
+void Manager::save_sharded(int64_t step, const Tree& local_tree, const std::map<std::string, ShardSpec>& shards,
+                           const SaveStepOptions& options) {
+  Impl& m = *impl_;
+  check_save(m.writing(), m.closed, m.run_dir, step, options);
+  if (m.returnn) invalid("a RETURNN directory holds no sharded states", m.run_dir);
+  if (m.format->id() != "safetensors") {
+    invalid("a sharded state is safetensors shards: save_sharded needs a manager of format \"safetensors\", not " +
+                detail::quoted(std::string(m.format->id())),
+            m.run_dir);
+  }
+  std::unique_lock<std::mutex> guard(m.mutex);
+  m.rethrow_error();
+  if (m.last_step && step <= *m.last_step) {
+    invalid("step " + std::to_string(step) + " is not newer than step " + std::to_string(*m.last_step) +
+                ", the run's latest",
+            m.run_dir);
+  }
+  auto job = std::make_shared<Impl::Job>();
+  job->step = step;
+  job->options = options;
+  job->sharded = true;
+  job->shards = shards;
+  // In the background only where the engine lets another thread run the
+  // collectives (Communicator::callable_from_any_thread).
+  const bool background = !options.blocking && m.sharded_comm().callable_from_any_thread();
+  if (!background) {
+    job->options.blocking = true;
+    // The saves before it and the cleanup after them first: the protocol
+    // runs on this thread, one commit at a time.
+    m.wait_idle(guard);
+    m.rethrow_error();
+    job->local_tree = local_tree;  // the caller waits: its memory stays as it is
+    m.last_step = step;
+    m.commit_here(*job, guard);
+    return;
+  }
+  m.changed.wait(guard, [&] { return m.queue.size() < m.options.max_in_flight; });
+  m.rethrow_error();
+  Buffer spare = std::move(m.spare);
+  m.spare = Buffer();
+  guard.unlock();
+  detail::Snapshot snapshot = detail::snapshot_state(local_tree, std::move(spare));
+  job->local_tree = std::move(snapshot.state);
+  job->block = std::move(snapshot.block);
+  guard.lock();
+  m.last_step = step;
+  m.queue.push_back(job);
+  m.changed.notify_all();
 }
 
 std::vector<CheckpointEntry> Manager::list() const {
@@ -677,6 +881,8 @@ void Manager::wait() {
     m.wait_idle(guard);
   }
   detail::drain_deferred_releases();  // what the cleanup removed is gone from the disk too
+  // A sharded run: until rank 0's cleanup is done too (it passes the barrier after it).
+  if (m.comm != nullptr && m.writing()) m.comm->barrier();
   std::unique_lock<std::mutex> guard(m.mutex);
   m.rethrow_error();
 }

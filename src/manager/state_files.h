@@ -23,6 +23,9 @@ namespace ckpt::detail {
 // checkpoints (a TF bundle prefix: state.index, state.data-*) or has no
 // extension (an Orbax directory).
 std::string state_name(const Format& format);
+// The state of a sharded save (Manager::save_sharded): the Hugging Face
+// sharded directory "state/" (its shards and index inside).
+inline constexpr std::string_view kShardedStateName = "state";
 // The same for a part of a state saved in parts: `stem` plus the format's
 // first extension ("encoder.safetensors"), `stem` alone as above.
 std::string part_file_name(const Format& format, std::string_view stem);

@@ -5,6 +5,11 @@
 //   ckpt_mpi_sharded_check load DIR STEP      load this rank's boxes, compare bit for bit
 //   ckpt_mpi_sharded_check die DIR STEP RANK  save, rank RANK SIGKILLs itself after writing its shard
 //   ckpt_mpi_sharded_check collectives - 0     MpiCommunicator's collectives alone
+//   ckpt_mpi_sharded_check manager RUN FIRST  a Manager (keep_last 2) over the ranks saves steps
+//                                             FIRST..FIRST+2, asking for async saves (MPI_Init: the
+//                                             engine's one thread, so each blocks), then lists and loads
+//   ckpt_mpi_sharded_check manager-threads RUN FIRST  the same under MPI_THREAD_MULTIPLE: the saves
+//                                             run on the manager's thread, wait() commits them
 //
 // The global state is the same on every run (seeded), so any number of ranks
 // can check what any other number saved. Exit 0 on success; 1 with a line
@@ -20,6 +25,7 @@
 #include "ckpt/box.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/distributed.h"
+#include "ckpt/manager.h"
 #include "ckpt/mpi.h"
 #include "support/random_tensor.h"
 
@@ -77,7 +83,8 @@ class DyingCommunicator final : public Communicator {
   int calls_ = 0;
 };
 
-void save_state(const std::string& dir, int64_t step, Communicator& comm) {
+// This rank's tree of step `step` and its shards.
+std::pair<Tree, std::map<std::string, ShardSpec>> local_state(int64_t step, const Communicator& comm) {
   const Box rows = rows_of(comm.rank(), comm.size());
   const Box columns = columns_of(comm.rank(), comm.size());
   Tree model = Tree::map();
@@ -87,9 +94,14 @@ void save_state(const std::string& dir, int64_t step, Communicator& comm) {
   Tree tree = Tree::map();
   tree.set("model", std::move(model));
   tree.set("step", Tree(step));
-  save_sharded(dir, tree, {{"model.w", {.global_shape = {10, 3}, .offsets = rows.offsets}},
-                           {"model.grid", {.global_shape = {4, 6}, .offsets = columns.offsets}}},
-               comm);
+  return {std::move(tree),
+          {{"model.w", {.global_shape = {10, 3}, .offsets = rows.offsets}},
+           {"model.grid", {.global_shape = {4, 6}, .offsets = columns.offsets}}}};
+}
+
+void save_state(const std::string& dir, int64_t step, Communicator& comm) {
+  const auto [tree, shards] = local_state(step, comm);
+  save_sharded(dir, tree, shards, comm);
 }
 
 int fail(Communicator& comm, const std::string& what) {
@@ -132,6 +144,37 @@ int check_collectives(Communicator& comm) {
   return 0;
 }
 
+// The manager over the ranks: three steps from `first` with keep_last 2,
+// each asked to be asynchronous; `threads`: MPI runs at MPI_THREAD_MULTIPLE,
+// so they are (else each blocks, and is listed when it returns).
+int check_manager(const std::string& run, int64_t first, bool threads, Communicator& comm) {
+  if (comm.callable_from_any_thread() != threads) return fail(comm, "callable_from_any_thread() is not as MPI_Init gave");
+  Manager manager(run, {.keep_last = 2, .fsync = false, .comm = &comm});
+  for (int64_t step = first; step < first + 3; ++step) {
+    const auto [tree, shards] = local_state(step, comm);
+    manager.save_sharded(step, tree, shards, {.metrics = {{"loss", 1.0 / double(step + 1)}}, .blocking = false});
+    if (!threads) {
+      const std::optional<CheckpointEntry> latest = manager.latest();
+      if (!latest || latest->step != step) return fail(comm, "a save that had to block was not committed on return");
+    }
+  }
+  manager.wait();
+  const std::vector<CheckpointEntry> entries = manager.list();
+  if (entries.size() != 2 || entries[0].step != first + 1 || entries[1].step != first + 2) {
+    return fail(comm, "listed " + std::to_string(entries.size()) + " checkpoints, expected steps " +
+                          std::to_string(first + 1) + " and " + std::to_string(first + 2));
+  }
+  // This rank's rows of w, from the newest checkpoint.
+  const Box rows = rows_of(comm.rank(), comm.size());
+  LoadOptions boxes;
+  boxes.boxes = {{"model.w", rows}};
+  const Tree mine = manager.load(first + 2, boxes);
+  if (!mine.at("model.w").tensor().equals(read_box(global_w(), rows))) return fail(comm, "the manager's w differs");
+  if (mine.at("step").integer() != first + 2) return fail(comm, "the manager's step differs");
+  manager.close();
+  return 0;
+}
+
 int run(int argc, char** argv) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   if (argc < 4) return fail(comm, "usage: save|load|die DIR STEP [RANK]");
@@ -145,6 +188,7 @@ int run(int argc, char** argv) {
     }
     if (mode == "load") return check_load(dir, step, comm);
     if (mode == "collectives") return check_collectives(comm);
+    if (mode == "manager" || mode == "manager-threads") return check_manager(dir, step, mode == "manager-threads", comm);
     if (mode == "die" && argc >= 5) {
       const size_t dying = std::strtoul(argv[4], nullptr, 10);
       if (comm.rank() != dying) {
@@ -164,7 +208,17 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  if (argc > 1 && std::string(argv[1]) == "manager-threads") {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided != MPI_THREAD_MULTIPLE) {  // an MPI built without it: the mode has nothing to check
+      std::cerr << "MPI provides no MPI_THREAD_MULTIPLE\n";
+      MPI_Finalize();
+      return 77;
+    }
+  } else {
+    MPI_Init(&argc, &argv);
+  }
   const int code = run(argc, argv);
   MPI_Finalize();
   return code;

@@ -2,7 +2,9 @@
 # Issue 20 under real MPI (ctest mpi_sharded): save on 4 ranks, load on 1, 2
 # and 3 bit-exact; save and load on 1 and 2; a rank killed mid-save commits
 # nothing and leaves the previous checkpoint intact, and the next save
-# removes the temporary it left. Every mpirun is bounded in time (a hung job
+# removes the temporary it left; the manager over 2 ranks (keep_last 2,
+# async saves blocking under MPI_Init, in the background under
+# MPI_THREAD_MULTIPLE), its step directories loaded on 1 and 3 ranks. Every mpirun is bounded in time (a hung job
 # is killed). Usage: mpi_sharded_test.sh PATH/TO/ckpt_mpi_sharded_check
 set -euo pipefail
 check=$1
@@ -35,4 +37,22 @@ mpi 4 save "$dir/four" 9
 mpi 3 load "$dir/four" 9 || fail "the save after a dead rank"
 leftover=$(ls -a "$dir" | grep -c 'ckpt-tmp' || true)
 [ "$leftover" = 0 ] || fail "temporaries left after the next save: $(ls -a "$dir")"
+
+# The manager over 2 ranks: steps 1..3 kept 2 and 3; then 4..6 in the
+# background (MPI_THREAD_MULTIPLE), kept 5 and 6.
+mpi 2 manager "$dir/run" 1 || fail "the manager on 2 ranks"
+[ "$(ls "$dir/run" | grep '^step-')" = "$(printf 'step-00000002\nstep-00000003')" ] || fail "steps: $(ls "$dir/run")"
+[ "$(ls "$dir/run/step-00000003/state" | grep -c '^model-0000[12]-of-00002.safetensors$')" = 2 ] ||
+  fail "not 2 shard files: $(ls "$dir/run/step-00000003/state")"
+for np in 1 3; do mpi "$np" load "$dir/run/step-00000003/state" 3 || fail "the manager's step on $np ranks"; done
+status=0
+mpi 2 manager-threads "$dir/run" 4 || status=$?
+if [ "$status" = 0 ]; then
+  [ "$(ls "$dir/run" | grep '^step-')" = "$(printf 'step-00000005\nstep-00000006')" ] || fail "steps: $(ls "$dir/run")"
+  mpi 1 load "$dir/run/step-00000006/state" 6 || fail "the manager's background step on 1 rank"
+elif [ "$status" != 77 ]; then
+  fail "the manager on 2 ranks under MPI_THREAD_MULTIPLE"
+else
+  echo "mpi_sharded_test: MPI has no MPI_THREAD_MULTIPLE; the manager's background saves are not checked" >&2
+fi
 echo "mpi_sharded_test: ok"
