@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -18,14 +17,13 @@
 #include "core/text.h"
 #include "distributed/sharded_commit.h"
 #include "distributed/wire.h"
-#include "io/atomic_directory.h"
-#include "io/atomic_file.h"
 #include "io/deferred_release.h"
 #include "io/file_system.h"
 #include "manager/run_config.h"
 #include "manager/run_files.h"
 #include "manager/run_layouts.h"
 #include "manager/returnn_writer.h"
+#include "manager/manager_impl.h"
 #include "manager/run_lock.h"
 #include "manager/state_files.h"
 #include "manager/step_record.h"
@@ -33,16 +31,9 @@
 namespace ckpt {
 
 namespace fs = std::filesystem;
+using manager_detail::invalid;
 
 namespace {
-
-[[noreturn]] void invalid(const std::string& message, const fs::path& path = {}) {
-  throw Error(ErrorCode::kInvalidArgument, message, {.path = path});
-}
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The policies `options` configure, in the documented order.
 std::vector<RetentionPolicy> configured_policies(const ManagerOptions& options) {
@@ -64,468 +55,237 @@ std::vector<RetentionPolicy> configured_policies(const ManagerOptions& options) 
 
 }  // namespace
 
-struct Manager::Impl {
-  struct Job {
-    int64_t step = 0;
-    std::vector<StatePart> parts;
-    // A sharded save (save_sharded): this rank's tree and shards instead of parts.
-    bool sharded = false;
-    Tree local_tree;
-    std::map<std::string, ShardSpec> shards;
-    Buffer block;  // where an asynchronous save's snapshot lies
-    SaveStepOptions options;
-    bool done = false;
-    std::exception_ptr error;
-  };
+std::optional<int64_t> Manager::Impl::newest_committed() const {
+  if (returnn || follower) return committed_step;
+  return last_record ? std::optional(last_record->step) : std::nullopt;
+}
 
-  fs::path run_dir;
-  ManagerOptions options;
-  const Format* format = nullptr;
-  std::unique_ptr<detail::RunLock> lock;
-  std::vector<RetentionPolicy> policies;  // as configured (a CustomPolicy with its function)
-  detail::RunConfig config;               // as persisted
-
-  bool returnn = false;  // ManagerOptions::layout "returnn"
-  // ManagerOptions::comm of a writing manager; `follower`: a rank other than
-  // 0 of it, which writes its shards and nothing else (no lock).
-  Communicator* comm = nullptr;
-  bool follower = false;
-  // The one-rank group of save_sharded without a communicator.
-  std::unique_ptr<ThreadGroup> solo_group;
-  std::unique_ptr<Communicator> solo;
-
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::deque<std::shared_ptr<Job>> queue;  // saves not yet committed, in step order
-  bool cleanup_due = false;
-  bool busy = false;  // the worker is committing or cleaning up
-  bool stopping = false;
-  bool closed = false;
-  std::exception_ptr error;                    // of a background save or cleanup, not yet rethrown
-  std::optional<int64_t> last_step;            // newest step committed or queued
-  std::optional<int64_t> last_epoch;           // the returnn layout: newest epoch committed or queued
-  std::optional<int64_t> committed_step;       // the returnn layout, sharded saves: newest step (and epoch) committed
-  std::optional<int64_t> committed_epoch;
-  std::optional<int64_t> protected_step;       // loaded or restored from: kept until a newer commit
-  std::optional<detail::StepRecord> last_record;  // the newest committed checkpoint's (dedup)
-  Buffer spare;  // a written snapshot's block, for the next snapshot
-  std::thread worker;
-
-  bool writing() const { return lock != nullptr || follower; }
-  // Whether this manager writes the run's records and runs retention: rank
-  // 0 of a sharded run, or the one process.
-  bool leader() const { return !follower; }
-  // The newest step committed, as this manager knows it.
-  std::optional<int64_t> newest_committed() const {
-    if (returnn || follower) return committed_step;
-    return last_record ? std::optional(last_record->step) : std::nullopt;
+Communicator& Manager::Impl::sharded_comm() {
+  if (comm != nullptr) return *comm;
+  if (!solo) {
+    solo_group = std::make_unique<ThreadGroup>(1);
+    solo = solo_group->communicator(0);
   }
-  // The communicator of save_sharded: ManagerOptions::comm, else one rank of its own.
-  Communicator& sharded_comm() {
-    if (comm != nullptr) return *comm;
-    if (!solo) {
-      solo_group = std::make_unique<ThreadGroup>(1);
-      solo = solo_group->communicator(0);
-    }
-    return *solo;
-  }
-  fs::path step_dir(int64_t step) const { return run_dir / detail::step_directory_name(step); }
+  return *solo;
+}
 
-  // Retention's policies now: the configured ones (a custom one with its
-  // function), plus the steps kept forever.
-  std::vector<RetentionPolicy> live_policies() const {
-    return detail::with_kept_forever(policies, config.keep_forever);
-  }
+std::vector<RetentionPolicy> Manager::Impl::live_policies() const {
+  return detail::with_kept_forever(policies, config.keep_forever);
+}
 
-  std::vector<CheckpointEntry> committed() const {
-    if (returnn) return detail::list_managed_returnn_run(run_dir);
-    std::optional<RunListing> listing = detail::list_ckpt_run(run_dir);
-    return listing ? std::move(listing->checkpoints) : std::vector<CheckpointEntry>{};
-  }
+std::vector<CheckpointEntry> Manager::Impl::committed() const {
+  if (returnn) return detail::list_managed_returnn_run(run_dir);
+  std::optional<RunListing> listing = detail::list_ckpt_run(run_dir);
+  return listing ? std::move(listing->checkpoints) : std::vector<CheckpointEntry>{};
+}
 
-  void worker_loop() {
-    std::unique_lock<std::mutex> guard(mutex);
-    while (true) {
-      changed.wait(guard, [&] { return stopping || !queue.empty() || cleanup_due; });
-      if (!queue.empty()) {
-        std::shared_ptr<Job> job = queue.front();
-        busy = true;
-        guard.unlock();
-        std::exception_ptr failure;
-        try {
-          commit(*job);
-        } catch (abi::__forced_unwind&) {
-          throw;  // the thread is being cancelled (pthread_exit, a finalizing Python): let it end
-        } catch (...) {
-          failure = std::current_exception();
-        }
-        guard.lock();
-        queue.pop_front();
-        busy = false;
-        job->done = true;
-        job->error = failure;
-        if (failure && !job->options.blocking && !error) error = failure;
-        // A failed save leaves its step free again unless a later one is queued.
-        if (failure && last_step == job->step) {
-          last_step = newest_committed();
-          if (returnn) last_epoch = committed_epoch;
-        }
-        if (!failure && leader()) cleanup_due = true;
-        changed.notify_all();
-        continue;
+void Manager::Impl::worker_loop() {
+  std::unique_lock<std::mutex> guard(mutex);
+  while (true) {
+    changed.wait(guard, [&] { return stopping || !queue.empty() || cleanup_due; });
+    if (!queue.empty()) {
+      std::shared_ptr<Job> job = queue.front();
+      busy = true;
+      guard.unlock();
+      std::exception_ptr failure;
+      try {
+        commit(*job);
+      } catch (abi::__forced_unwind&) {
+        throw;  // the thread is being cancelled (pthread_exit, a finalizing Python): let it end
+      } catch (...) {
+        failure = std::current_exception();
       }
-      if (cleanup_due) {
-        cleanup_due = false;
-        busy = true;
-        guard.unlock();
-        std::exception_ptr failure;
-        try {
-          clean_up();
-        } catch (abi::__forced_unwind&) {
-          throw;  // the thread is being cancelled (pthread_exit, a finalizing Python): let it end
-        } catch (...) {
-          failure = std::current_exception();
-        }
-        guard.lock();
-        busy = false;
-        if (failure && !error) error = failure;
-        changed.notify_all();
-        continue;
+      guard.lock();
+      queue.pop_front();
+      busy = false;
+      job->done = true;
+      job->error = failure;
+      if (failure && !job->options.blocking && !error) error = failure;
+      // A failed save leaves its step free again unless a later one is queued.
+      if (failure && last_step == job->step) {
+        last_step = newest_committed();
+        if (returnn) last_epoch = committed_epoch;
       }
-      if (stopping) return;
+      if (!failure && leader()) cleanup_due = true;
+      changed.notify_all();
+      continue;
     }
-  }
-
-  // Commits job: a step directory, or a RETURNN epoch; then what follows
-  // every commit.
-  void commit(Job& job) {
-    std::optional<detail::StepRecord> record;
-    if (returnn) {
-      commit_epoch(job);
-    } else if (job.sharded) {
-      record = commit_sharded_step(job);
-    } else {
-      record = commit_step(job);
-    }
-    job.parts.clear();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
-    job.local_tree = Tree();
-    if (!job.block.empty() && job.block.storage().use_count() == 1) {
-      std::lock_guard<std::mutex> guard(mutex);
-      if (job.block.size() > spare.size()) spare = std::move(job.block);
-    }
-    job.block = Buffer();
-    if (job.options.keep_forever && leader()) {
-      {
-        std::lock_guard<std::mutex> guard(mutex);
-        if (!std::count(config.keep_forever.begin(), config.keep_forever.end(), job.step)) {
-          config.keep_forever.push_back(job.step);
-          std::sort(config.keep_forever.begin(), config.keep_forever.end());
-        }
+    if (cleanup_due) {
+      cleanup_due = false;
+      busy = true;
+      guard.unlock();
+      std::exception_ptr failure;
+      try {
+        clean_up();
+      } catch (abi::__forced_unwind&) {
+        throw;  // the thread is being cancelled (pthread_exit, a finalizing Python): let it end
+      } catch (...) {
+        failure = std::current_exception();
       }
-      detail::write_run_config(run_dir, config);
-    }
-    if (format->capabilities().state_file && !returnn) {
-      detail::write_tf_state_file(run_dir, committed(), options.fsync);
-    }
-    std::lock_guard<std::mutex> guard(mutex);
-    if (record) last_record = std::move(record);
-    if (job.sharded) committed_step = job.step;
-    if (returnn) {
-      committed_step = job.step;
-      committed_epoch = job.options.epoch;
-    }
-    if (protected_step && job.step > *protected_step) protected_step.reset();
-  }
-
-  // The returnn layout: the epoch recorded as this manager's first, then its
-  // files and learning_rates (returnn_writer.h). A crash in between leaves a
-  // record of an epoch whose model never appeared, which lists as nothing.
-  void commit_epoch(Job& job) {
-    {
-      std::lock_guard<std::mutex> guard(mutex);
-      config.committed_epochs[*job.options.epoch] = job.step;
-    }
-    detail::write_run_config(run_dir, config);
-    detail::write_returnn_epoch(run_dir, job.step, *job.options.epoch, job.parts, job.options.metrics,
-                                options.fsync);
-  }
-
-  // Writes job.parts into a temporary step directory and commits it;
-  // returns its record.
-  detail::StepRecord commit_step(Job& job) {
-    const fs::path final_path = step_dir(job.step);
-    refuse_existing(final_path);
-    std::optional<detail::StepRecord> previous;
-    {
-      std::lock_guard<std::mutex> guard(mutex);
-      previous = last_record;
-    }
-    detail::AtomicDirectory directory(final_path, {.fsync = options.fsync, .files_synced = true});
-    // Each part on its own: its digest (dedup off: none, no pass over the
-    // bytes for it), then its files linked from the previous step when the
-    // digest is the same, else written. Several parts run in parallel, so
-    // that a frozen part's digest overlaps the trained part's write.
-    struct PartDone {
-      std::string digest;
-      std::vector<detail::RecordedFile> linked;   // empty: written
-      std::vector<detail::RecordedFile> written;  // recorded by the part's own task, beside the others' work
-    };
-    std::vector<std::string> names;
-    for (const StatePart& part : job.parts) names.push_back(detail::part_file_name(*format, part.name));
-    const std::string format_id(format->id());
-    // A blocking save has the machine to itself: every core hashes and
-    // writes. A background one shares it with the training loop: one thread
-    // per part, so that the loop keeps a core.
-    const unsigned threads = job.options.blocking ? 0 : 1;
-    const auto commit_part = [&](size_t i) {
-      PartDone done;
-      std::shared_ptr<const std::map<std::string, std::string>> checksums;
-      if (options.dedup) {
-        detail::StateDigest digest = detail::state_digest(job.parts[i].state, threads);
-        done.digest = std::move(digest.hex);
-        checksums = std::move(digest.checksums);
-      }
-      if (!done.digest.empty() && previous && previous->format == format_id &&
-          previous_digest(*previous, names[i]) == done.digest) {
-        std::vector<detail::RecordedFile> files;
-        for (const detail::RecordedFile& file : previous->files) {
-          if (detail::file_of_part(file.path, names[i])) files.push_back(file);
-        }
-        if (!files.empty() &&
-            detail::link_state_files(step_dir(previous->step), directory.path(), files, options.fsync)) {
-          done.linked = std::move(files);
-          return done;
-        }
-      }
-      // The digest's checksums are the writer's (xxh3): not computed twice.
-      ckpt::save(directory.path() / names[i], job.parts[i].state,
-                 {.format = format_id, .known_checksums = std::move(checksums), .fsync = options.fsync,
-                  .threads = threads, .state_file = StateFilePolicy::kLeave});
-      done.written = detail::record_state_files(directory.path(), {}, names[i]);
-      return done;
-    };
-    std::vector<PartDone> parts_done(job.parts.size());
-    if (job.parts.size() == 1) {
-      parts_done[0] = commit_part(0);
-    } else {
-      std::vector<std::future<PartDone>> tasks;
-      for (size_t i = 0; i < job.parts.size(); ++i) tasks.push_back(std::async(std::launch::async, commit_part, i));
-      std::exception_ptr failure;  // the first, after every task has ended
-      for (size_t i = 0; i < tasks.size(); ++i) {
-        try {
-          parts_done[i] = tasks[i].get();
-        } catch (...) {
-          if (!failure) failure = std::current_exception();
-        }
-      }
-      if (failure) std::rethrow_exception(failure);
-    }
-    std::vector<detail::RecordedPart> parts;
-    for (size_t i = 0; i < names.size(); ++i) parts.push_back({.state = names[i], .digest = parts_done[i].digest});
-    detail::StepRecord record{.step = job.step,
-                              .epoch = job.options.epoch,
-                              .metrics = job.options.metrics,
-                              .time = 0,
-                              .format = format_id,
-                              .state = parts.front().state,
-                              .state_digest = parts.front().digest,
-                              .parts = std::vector<detail::RecordedPart>(parts.begin() + 1, parts.end()),
-                              .files = {}};
-    std::vector<detail::RecordedFile> recorded;  // linked from the previous step, or written and recorded
-    std::set<std::string> recorded_paths;
-    for (PartDone& done : parts_done) {
-      for (std::vector<detail::RecordedFile>* files : {&done.linked, &done.written}) {
-        for (detail::RecordedFile& file : *files) {
-          recorded_paths.insert(file.path);
-          recorded.push_back(std::move(file));
-        }
-      }
-    }
-    record.files = detail::record_state_files(directory.path(), recorded_paths);  // any other file a writer left
-    record.files.insert(record.files.end(), recorded.begin(), recorded.end());
-    std::sort(record.files.begin(), record.files.end(),
-              [](const detail::RecordedFile& a, const detail::RecordedFile& b) { return a.path < b.path; });
-    record.time = now_seconds();
-    write_step_record(directory.path(), record);
-    directory.commit();
-    return record;
-  }
-
-  static void refuse_existing(const fs::path& final_path) {
-    std::error_code status_error;
-    if (fs::exists(fs::symlink_status(final_path, status_error))) {
-      invalid("step directory exists already and is not one this manager committed", final_path);
-    }
-  }
-
-  // Writes `record` as checkpoint.json into the temporary step directory `directory`.
-  void write_step_record(const fs::path& directory, const detail::StepRecord& record) const {
-    const std::string json = detail::step_record_json(record);
-    detail::AtomicFile file(directory / detail::kStepRecordName, {.fsync = options.fsync});
-    file.write_at(std::as_bytes(std::span(json.data(), json.size())), 0);
-    file.commit({.sync_directory = false});  // the directory's commit syncs it
-  }
-
-  // A sharded save's step directory: state/ (the Hugging Face sharded
-  // directory, each rank's shard) and checkpoint.json (rank 0's, from the
-  // files the ranks report), committed by the protocol of
-  // distributed/sharded_commit.h. Returns the record on rank 0.
-  std::optional<detail::StepRecord> commit_sharded_step(Job& job) {
-    const fs::path final_path = step_dir(job.step);
-    std::optional<detail::StepRecord> record;
-    distributed_detail::commit_sharded(
-        job.local_tree, job.shards, sharded_comm(),
-        {.directory = final_path,
-         .state_subdirectory = fs::path(detail::kShardedStateName),
-         .agreement = "step " + std::to_string(job.step),
-         .record_files = true,
-         .save = {.fsync = options.fsync, .threads = job.options.blocking ? 0u : 1u},
-         .files_synced = true,
-         .check_target = [&] { refuse_existing(final_path); },
-         .commit_files =
-             [&](const fs::path& temporary, const std::vector<distributed_detail::WrittenFile>& written) {
-               detail::StepRecord made{.step = job.step,
-                                       .epoch = job.options.epoch,
-                                       .metrics = job.options.metrics,
-                                       .time = now_seconds(),
-                                       .format = "hf_sharded",
-                                       .state = std::string(detail::kShardedStateName),
-                                       .state_digest = {},
-                                       .parts = {},
-                                       .files = {}};
-               for (const distributed_detail::WrittenFile& file : written) {
-                 made.files.push_back({.path = file.path, .size = file.size, .xxh3 = file.xxh3});
-               }
-               std::sort(made.files.begin(), made.files.end(),
-                         [](const detail::RecordedFile& a, const detail::RecordedFile& b) { return a.path < b.path; });
-               write_step_record(temporary, made);
-               record = std::move(made);
-             }});
-    return record;
-  }
-
-  // The digest `record` gives its part stored as `file_name` ("" if none).
-  static std::string previous_digest(const detail::StepRecord& record, const std::string& file_name) {
-    if (record.state == file_name) return record.state_digest;
-    for (const detail::RecordedPart& part : record.parts) {
-      if (part.state == file_name) return part.digest;
-    }
-    return {};
-  }
-
-  // Retention after a commit: removes what no policy keeps.
-  void clean_up() {
-    std::vector<RetentionPolicy> live;
-    std::optional<int64_t> keep;
-    {
-      std::lock_guard<std::mutex> guard(mutex);
-      live = live_policies();
-      keep = protected_step;
-    }
-    if (live.empty()) return;
-    std::vector<CheckpointEntry> entries = committed();
-    detail::fill_kept_by(entries, live);
-    record_custom_decision(entries);
-    const std::vector<size_t> remove = detail::entries_to_remove(entries, true, keep);
-    size_t removed = 0;
-    for (size_t index : remove) {
-      if (!returnn) {
-        detail::remove_committed(entries[index].files.front(), options.fsync);  // the step directory
-      } else if (entries[index].step) {  // an epoch this manager committed; RETURNN's own stay
-        for (const fs::path& file : entries[index].files) detail::remove_committed(file, options.fsync);
-      } else {
-        continue;
-      }
-      ++removed;
-    }
-    if (removed == 0) return;
-    if (options.fsync) detail::sync_directory(run_dir, run_dir);
-    if (format->capabilities().state_file && !returnn) {
-      detail::write_tf_state_file(run_dir, committed(), options.fsync);
-    }
-  }
-
-  // Persists what a custom policy kept, for those who cannot run its function.
-  void record_custom_decision(const std::vector<CheckpointEntry>& entries) {
-    if (!options.keep) return;
-    std::vector<int64_t> kept;
-    for (const CheckpointEntry& entry : entries) {
-      if (std::count(entry.kept_by.begin(), entry.kept_by.end(), "custom")) kept.push_back(*entry.step);
-    }
-    for (RetentionPolicy& policy : config.policies) {
-      if (auto* custom = std::get_if<CustomPolicy>(&policy)) {
-        if (custom->last_kept == kept) return;
-        custom->last_kept = kept;
-      }
-    }
-    detail::write_run_config(run_dir, config);
-  }
-
-  // Loads `entry` (protected from retention until a newer commit): the
-  // returnn layout's model state, else the union of its parts.
-  Tree load_entry(const CheckpointEntry& entry, const LoadOptions& load_options) {
-    if (writing() && entry.step) {
-      std::lock_guard<std::mutex> guard(mutex);
-      protected_step = entry.step;
-    }
-    Tree tree = load_checkpoint(entry, load_options);
-    if (!returnn) return tree;
-    Tree* model = tree.is_map() ? tree.find(Key{std::string("model")}) : nullptr;
-    if (model == nullptr) {
-      throw Error(ErrorCode::kCorrupt, "a RETURNN checkpoint without its \"model\" entry", {.path = entry.path});
-    }
-    return std::move(*model);
-  }
-
-  void rethrow_error() {
-    if (error) {
-      std::exception_ptr failure = error;
-      error = nullptr;
-      std::rethrow_exception(failure);
-    }
-  }
-
-  // Waits for the queue and the cleanup after it (the lock held by `guard`).
-  void wait_idle(std::unique_lock<std::mutex>& guard) {
-    changed.wait(guard, [&] { return queue.empty() && !cleanup_due && !busy; });
-  }
-
-  void stop() noexcept {
-    {
-      std::lock_guard<std::mutex> guard(mutex);
-      stopping = true;
-    }
-    changed.notify_all();
-    if (worker.joinable()) worker.join();
-    lock.reset();
-    follower = false;
-  }
-
-  // Runs `job` (a sharded save) on the calling thread, as the worker would,
-  // once the saves before it and the cleanup after them are done; then the
-  // cleanup after it follows on the worker. `guard` holds the mutex.
-  void commit_here(Job& job, std::unique_lock<std::mutex>& guard) {
-    busy = true;
-    guard.unlock();
-    std::exception_ptr failure;
-    try {
-      commit(job);
-    } catch (abi::__forced_unwind&) {
       guard.lock();
       busy = false;
+      if (failure && !error) error = failure;
       changed.notify_all();
-      throw;  // the thread is being cancelled: let it end
-    } catch (...) {
-      failure = std::current_exception();
+      continue;
     }
+    if (stopping) return;
+  }
+}
+
+void Manager::Impl::commit(Job& job) {
+  std::optional<detail::StepRecord> record;
+  if (returnn) {
+    commit_epoch(job);
+  } else if (job.sharded) {
+    record = commit_sharded_step(job);
+  } else {
+    record = commit_step(job);
+  }
+  job.parts.clear();  // the snapshot's memory goes as soon as it is written (or waits as the spare)
+  job.local_tree = Tree();
+  if (!job.block.empty() && job.block.storage().use_count() == 1) {
+    std::lock_guard<std::mutex> guard(mutex);
+    if (job.block.size() > spare.size()) spare = std::move(job.block);
+  }
+  job.block = Buffer();
+  if (job.options.keep_forever && leader()) {
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      if (!std::count(config.keep_forever.begin(), config.keep_forever.end(), job.step)) {
+        config.keep_forever.push_back(job.step);
+        std::sort(config.keep_forever.begin(), config.keep_forever.end());
+      }
+    }
+    detail::write_run_config(run_dir, config);
+  }
+  if (format->capabilities().state_file && !returnn) {
+    detail::write_tf_state_file(run_dir, committed(), options.fsync);
+  }
+  std::lock_guard<std::mutex> guard(mutex);
+  if (record) last_record = std::move(record);
+  if (job.sharded) committed_step = job.step;
+  if (returnn) {
+    committed_step = job.step;
+    committed_epoch = job.options.epoch;
+  }
+  if (protected_step && job.step > *protected_step) protected_step.reset();
+}
+
+void Manager::Impl::commit_epoch(Job& job) {
+  {
+    std::lock_guard<std::mutex> guard(mutex);
+    config.committed_epochs[*job.options.epoch] = job.step;
+  }
+  detail::write_run_config(run_dir, config);
+  detail::write_returnn_epoch(run_dir, job.step, *job.options.epoch, job.parts, job.options.metrics,
+                              options.fsync);
+}
+
+void Manager::Impl::clean_up() {
+  std::vector<RetentionPolicy> live;
+  std::optional<int64_t> keep;
+  {
+    std::lock_guard<std::mutex> guard(mutex);
+    live = live_policies();
+    keep = protected_step;
+  }
+  if (live.empty()) return;
+  std::vector<CheckpointEntry> entries = committed();
+  detail::fill_kept_by(entries, live);
+  record_custom_decision(entries);
+  const std::vector<size_t> remove = detail::entries_to_remove(entries, true, keep);
+  size_t removed = 0;
+  for (size_t index : remove) {
+    if (!returnn) {
+      detail::remove_committed(entries[index].files.front(), options.fsync);  // the step directory
+    } else if (entries[index].step) {  // an epoch this manager committed; RETURNN's own stay
+      for (const std::filesystem::path& file : entries[index].files) detail::remove_committed(file, options.fsync);
+    } else {
+      continue;
+    }
+    ++removed;
+  }
+  if (removed == 0) return;
+  if (options.fsync) detail::sync_directory(run_dir, run_dir);
+  if (format->capabilities().state_file && !returnn) {
+    detail::write_tf_state_file(run_dir, committed(), options.fsync);
+  }
+}
+
+void Manager::Impl::record_custom_decision(const std::vector<CheckpointEntry>& entries) {
+  if (!options.keep) return;
+  std::vector<int64_t> kept;
+  for (const CheckpointEntry& entry : entries) {
+    if (std::count(entry.kept_by.begin(), entry.kept_by.end(), "custom")) kept.push_back(*entry.step);
+  }
+  for (RetentionPolicy& policy : config.policies) {
+    if (auto* custom = std::get_if<CustomPolicy>(&policy)) {
+      if (custom->last_kept == kept) return;
+      custom->last_kept = kept;
+    }
+  }
+  detail::write_run_config(run_dir, config);
+}
+
+Tree Manager::Impl::load_entry(const CheckpointEntry& entry, const LoadOptions& load_options) {
+  if (writing() && entry.step) {
+    std::lock_guard<std::mutex> guard(mutex);
+    protected_step = entry.step;
+  }
+  Tree tree = load_checkpoint(entry, load_options);
+  if (!returnn) return tree;
+  Tree* model = tree.is_map() ? tree.find(Key{std::string("model")}) : nullptr;
+  if (model == nullptr) {
+    throw Error(ErrorCode::kCorrupt, "a RETURNN checkpoint without its \"model\" entry", {.path = entry.path});
+  }
+  return std::move(*model);
+}
+
+void Manager::Impl::rethrow_error() {
+  if (error) {
+    std::exception_ptr failure = error;
+    error = nullptr;
+    std::rethrow_exception(failure);
+  }
+}
+
+void Manager::Impl::wait_idle(std::unique_lock<std::mutex>& guard) {
+  changed.wait(guard, [&] { return queue.empty() && !cleanup_due && !busy; });
+}
+
+void Manager::Impl::stop() noexcept {
+  {
+    std::lock_guard<std::mutex> guard(mutex);
+    stopping = true;
+  }
+  changed.notify_all();
+  if (worker.joinable()) worker.join();
+  lock.reset();
+  follower = false;
+}
+
+void Manager::Impl::commit_here(Job& job, std::unique_lock<std::mutex>& guard) {
+  busy = true;
+  guard.unlock();
+  std::exception_ptr failure;
+  try {
+    commit(job);
+  } catch (abi::__forced_unwind&) {
     guard.lock();
     busy = false;
-    if (failure && last_step == job.step) last_step = newest_committed();
-    if (!failure && leader()) cleanup_due = true;
     changed.notify_all();
-    if (failure) std::rethrow_exception(failure);
+    throw;  // the thread is being cancelled: let it end
+  } catch (...) {
+    failure = std::current_exception();
   }
-};
+  guard.lock();
+  busy = false;
+  if (failure && last_step == job.step) last_step = newest_committed();
+  if (!failure && leader()) cleanup_due = true;
+  changed.notify_all();
+  if (failure) std::rethrow_exception(failure);
+}
+
 
 Manager::Manager(fs::path run_dir, ManagerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
