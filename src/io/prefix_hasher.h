@@ -52,7 +52,8 @@ class PrefixHasher {
     uint64_t at;
     uint64_t generation;
   };
-  static constexpr size_t kMaxQueued = 8;
+  // 64 MiB of the download's 128 KiB blocks (download.cc's kWriteBlock).
+  static constexpr size_t kMaxQueued = 512;
   uint64_t hash_generation_ = 0;
   std::deque<Queued> queue_;
   std::vector<std::vector<std::byte>> spares_;

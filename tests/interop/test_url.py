@@ -241,6 +241,27 @@ def test_resume_after_a_cut_connection(ckpt, fault_server, tmp_path):
     assert sum(r.bytes for r in rows) == len(data)
 
 
+def test_a_hashed_download_resumed_mid_block_hashes_every_byte(ckpt, fault_server, tmp_path):
+    # A download is written in 128 KiB blocks that end at multiples of 128
+    # KiB (download.cc, kWriteBlock), and with a hash to check, each block is
+    # hashed from memory beside the transfer: a cut past the first block end
+    # and a resumed range that starts mid-block and crosses several block
+    # ends must give the file byte for byte and the hash of all of it.
+    data = ckpt_bytes(tmp_path, scale=2)
+    cut = 5 * 128 * KIB + 12345
+    assert len(data) > cut + 2 * 128 * KIB, len(data)
+    url = fault_server.add("model.safetensors", data, mode="cut", cut_at=cut)
+
+    path = ckpt.fetch(url, sha256=sha256_hex(data))
+    assert pathlib.Path(path).read_bytes() == data
+    rows = gets(fault_server.requests(url))
+    assert len(rows) == 2, rows
+    assert (rows[0].status, rows[0].bytes) == (200, cut)
+    assert range_start(rows[1].range) == cut, rows[1]  # all that arrived before the cut was written
+    assert (rows[1].status, rows[1].bytes) == (206, len(data) - cut)
+    assert entry_of(ckpt, url)["sha256"] == sha256_hex(data)
+
+
 def test_resume_across_processes(ckpt, fault_server, tmp_path, url_env):
     data = ckpt_bytes(tmp_path, scale=2)
     url = fault_server.add("model.safetensors", data, rate=512 * KIB, chunk=8 * KIB)
