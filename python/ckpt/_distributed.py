@@ -12,6 +12,7 @@ communicator or a ``torch.distributed`` ProcessGroup (``None``: one process).
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -159,15 +160,42 @@ def _is_sharded_tensor(value: Any) -> bool:
     return type(value).__name__ == "ShardedTensor" and type(value).__module__.startswith("torch.distributed")
 
 
+def _one_box(global_shape: Sequence[int], pieces: List[Tuple[Tuple[int, ...], Any]], empty: Any, what: str) -> Shard:
+    """The Shard of a process that holds several distinct boxes of one tensor
+    (``pieces``: offsets and local data, no two the same box): their union
+    when it is a box (devices adjacent in the mesh, the usual placement),
+    assembled by ``empty(shape, like)``; a ValueError otherwise (ckpt stores
+    one box per tensor and process)."""
+    if len(pieces) == 1:
+        return Shard(tuple(global_shape), pieces[0][0], pieces[0][1])
+    rank = len(global_shape)
+    low = [min(offsets[d] for offsets, _ in pieces) for d in range(rank)]
+    high = [max(offsets[d] + data.shape[d] for offsets, data in pieces) for d in range(rank)]
+    sizes = [high[d] - low[d] for d in range(rank)]
+    covered = sum(math.prod(data.shape) for _, data in pieces)
+    # Distinct boxes of one sharding never partly overlap: elements adding up
+    # to the bounding box's mean they tile it.
+    if covered != math.prod(sizes):
+        raise ValueError(f"ckpt: {what} holds {len(pieces)} shards on this process whose union is not one box; "
+                         "ckpt stores one box per tensor and process")
+    out = empty(sizes, pieces[0][1])
+    for offsets, data in pieces:
+        out[tuple(slice(offsets[d] - low[d], offsets[d] - low[d] + data.shape[d]) for d in range(rank))] = data
+    return Shard(tuple(global_shape), tuple(low), out)
+
+
 def _from_sharded_tensor(value: Any) -> Shard:
-    local = value.local_shards()
-    if len(local) != 1:
-        raise ValueError(f"ckpt: a ShardedTensor with {len(local)} local shards on this rank cannot be saved yet "
-                         "(one box per tensor and rank)")
-    tensor = local[0].tensor.detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.cpu()
-    return Shard(tuple(value.size()), tuple(local[0].metadata.shard_offsets), tensor.contiguous())
+    import torch
+    pieces = []
+    for local in value.local_shards():
+        tensor = local.tensor.detach()
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+        pieces.append((tuple(local.metadata.shard_offsets), tensor.contiguous()))
+    if not pieces:
+        raise ValueError("ckpt: a ShardedTensor with no local shard on this rank")
+    return _one_box(tuple(value.size()), pieces, lambda shape, like: torch.empty(shape, dtype=like.dtype),
+                    "a ShardedTensor")
 
 
 def _is_jax_array(value: Any) -> bool:
@@ -191,15 +219,14 @@ def _from_jax_array(value: Any) -> Any:
     import numpy as np
     if value.is_fully_addressable:
         return np.asarray(value)
-    shards = [shard for shard in value.addressable_shards if shard.replica_id == 0] or \
-        list(value.addressable_shards)[:1]
-    boxes = {tuple((s.start or 0) for s in shard.index) for shard in shards}
-    if len(boxes) != 1:
-        raise ValueError("ckpt: a jax Array with several distinct shards on one process cannot be saved yet "
-                         "(one box per tensor and process)")
-    shard = shards[0]
-    offsets = tuple((s.start or 0) for s in shard.index)
-    return Shard(tuple(value.shape), offsets, np.asarray(shard.data))
+    # One of each distinct box this process holds (replicas of a box are one).
+    pieces: Dict[Tuple[int, ...], Any] = {}
+    for shard in sorted(value.addressable_shards, key=lambda shard: shard.replica_id):
+        offsets = tuple((s.start or 0) for s in shard.index)
+        if offsets not in pieces:
+            pieces[offsets] = np.asarray(shard.data)
+    return _one_box(tuple(value.shape), list(pieces.items()),
+                    lambda shape, like: np.empty(shape, dtype=like.dtype), "a jax Array")
 
 
 def _join(prefix: str, key: Any) -> str:

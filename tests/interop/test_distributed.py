@@ -460,3 +460,56 @@ def test_a_jax_array_sharded_over_devices_of_one_process(tmp_path):
     code, output = bounded([sys.executable, str(script), str(tmp_path / "step")], env=env)
     assert code == 0, output
     assert ckpt.load(tmp_path / "step")["x"].tobytes() == np.arange(48, dtype=np.float32).reshape(8, 6).tobytes()
+
+
+JAX_PROCESSES_WORKER = textwrap.dedent('''
+    import sys
+    import numpy as np
+    import jax
+    from mpi4py import MPI
+    rank = MPI.COMM_WORLD.Get_rank()
+    jax.distributed.initialize(coordinator_address="127.0.0.1:" + sys.argv[2], num_processes=2, process_id=rank,
+                               initialization_timeout=60)
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    import ckpt
+    assert len(jax.devices()) == 4 and len(jax.local_devices()) == 2, jax.devices()
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    # Rows over all 4 devices: each process holds 2 adjacent row blocks
+    # (one box of 4 rows); the (2, 2) mesh sharded by ("b", "a") gives each
+    # process blocks 0 and 2 (or 1 and 3): no box.
+    rows = jax.make_array_from_callback((8, 6), NamedSharding(Mesh(np.array(jax.devices()), ("a",)),
+                                                              PartitionSpec("a")), lambda index: x[index])
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+    apart = jax.make_array_from_callback((8, 6), NamedSharding(mesh, PartitionSpec(("b", "a"))),
+                                         lambda index: x[index])
+    assert not rows.is_fully_addressable and len(rows.addressable_shards) == 2
+    ckpt.save(sys.argv[1], {"x": rows, "n": 3}, comm=MPI.COMM_WORLD)
+    got = ckpt.load(sys.argv[1], comm=MPI.COMM_WORLD, boxes={"x": ((4 * rank, 0), (4, 6))})
+    assert got["x"].tobytes() == x[4 * rank:4 * rank + 4].tobytes()
+    try:
+        ckpt.save(sys.argv[1] + "-apart", {"x": apart}, comm=MPI.COMM_WORLD)
+    except ValueError as error:
+        assert "not one box" in str(error), error
+        print("refused:", error)
+    else:
+        raise AssertionError("saved a jax Array whose shards on a process form no box")
+''')
+
+
+@needs_mpi
+def test_a_jax_array_over_two_processes_with_two_devices_each(tmp_path):
+    pytest.importorskip("jax")
+    script = tmp_path / "jax_processes.py"
+    script.write_text(JAX_PROCESSES_WORKER)
+    with socket.socket() as probe:  # a free port on loopback for jax's coordinator
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = _env()
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    code, output = bounded([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable,
+                            str(script), str(tmp_path / "step"), str(port)], env=env)
+    assert code == 0, output
+    assert output.count("refused:") == 2, output
+    assert ckpt.load(tmp_path / "step")["x"].tobytes() == np.arange(48, dtype=np.float32).reshape(8, 6).tobytes()
+    assert not (tmp_path / "step-apart").exists()
