@@ -575,7 +575,10 @@ void Manager::save_sharded(int64_t step, const Tree& local_tree, const std::map<
 std::vector<CheckpointEntry> Manager::list() const {
   const Impl& m = *impl_;
   std::vector<CheckpointEntry> entries = m.committed();
-  if (!m.writing()) return entries;  // kept_by as the run recorded it
+  // kept_by as the run recorded it: a reader's, and a rank other than 0 of
+  // a sharded run (rank 0 keeps the run's records: its policies, the steps
+  // kept forever).
+  if (!m.writing() || m.follower) return entries;
   std::optional<int64_t> keep;
   std::vector<RetentionPolicy> live;
   {

@@ -209,6 +209,31 @@ TEST_F(ManagerShardedTest, EveryRankListsLoadsItsBoxesAndRestores) {
   }));
 }
 
+TEST_F(ManagerShardedTest, EveryRankListsWhatRankZeroKeepsAndWhy) {
+  // Step 1 kept forever (rank 0's options decide), then keep_last = 1.
+  expect_no_errors(on_ranks(kRanks, [&](Communicator& comm) {
+    Manager manager(run, {.keep_last = 1, .fsync = false, .comm = &comm});
+    for (int64_t step : {1, 2, 3}) {
+      const auto [tree, shards] = local_state(step, comm.rank());
+      manager.save_sharded(step, tree, shards, {.keep_forever = step == 1});
+    }
+    manager.wait();
+    const std::vector<CheckpointEntry> entries = manager.list();
+    EXPECT_EQ(testing::listed_steps(entries), (std::vector<int64_t>{1, 3})) << "rank " << comm.rank();
+    ASSERT_EQ(entries.size(), 2u);
+    EXPECT_FALSE(entries[0].kept_by.empty()) << "rank " << comm.rank();
+    // The same reasons on every rank: a rank's listing is the run's.
+    std::string reasons;
+    for (const CheckpointEntry& entry : entries) {
+      for (const std::string& why : entry.kept_by) reasons += why + ";";
+      reasons += "|";
+    }
+    const std::vector<std::string> all = comm.all_gather(reasons);
+    for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r;
+    manager.close();
+  }));
+}
+
 TEST_F(ManagerShardedTest, AsynchronousSavesSnapshotThenCommitOnWait) {
   expect_no_errors(on_ranks(kRanks, [&](Communicator& comm) {
     Manager manager(run, {.keep_last = 2, .max_in_flight = 2, .fsync = false, .comm = &comm});
