@@ -264,6 +264,14 @@ void Manager::Impl::stop() noexcept {
   follower = false;
 }
 
+void Manager::Impl::check_newer(int64_t step) const {
+  if (last_step && step <= *last_step) {
+    invalid("step " + std::to_string(step) + " is not newer than step " + std::to_string(*last_step) +
+                ", the run's latest",
+            run_dir);
+  }
+}
+
 void Manager::Impl::commit_here(Job& job, std::unique_lock<std::mutex>& guard) {
   busy = true;
   guard.unlock();
@@ -479,11 +487,7 @@ void Manager::save(int64_t step, const std::vector<StatePart>& parts, const Save
   }
   std::unique_lock<std::mutex> guard(m.mutex);
   m.rethrow_error();
-  if (m.last_step && step <= *m.last_step) {
-    invalid("step " + std::to_string(step) + " is not newer than step " + std::to_string(*m.last_step) +
-                ", the run's latest",
-            m.run_dir);
-  }
+  m.check_newer(step);
   if (m.returnn && m.last_epoch && *options.epoch <= *m.last_epoch) {
     invalid("epoch " + std::to_string(*options.epoch) + " is not newer than epoch " + std::to_string(*m.last_epoch) +
                 ", the run's latest",
@@ -534,11 +538,7 @@ void Manager::save_sharded(int64_t step, const Tree& local_tree, const std::map<
   }
   std::unique_lock<std::mutex> guard(m.mutex);
   m.rethrow_error();
-  if (m.last_step && step <= *m.last_step) {
-    invalid("step " + std::to_string(step) + " is not newer than step " + std::to_string(*m.last_step) +
-                ", the run's latest",
-            m.run_dir);
-  }
+  m.check_newer(step);
   auto job = std::make_shared<Impl::Job>();
   job->step = step;
   job->options = options;

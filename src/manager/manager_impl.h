@@ -133,6 +133,10 @@ struct Manager::Impl {
 
   void rethrow_error();
 
+  // Throws Error{kInvalidArgument} unless `step` is newer than every step
+  // committed or pending (`mutex` held).
+  void check_newer(int64_t step) const;
+
   // Waits for the queue and the cleanup after it (the lock held by `guard`).
   void wait_idle(std::unique_lock<std::mutex>& guard);
 
