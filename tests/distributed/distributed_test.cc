@@ -20,6 +20,7 @@
 #include "io/deferred_release.h"
 #include "support/peak_memory.h"
 #include "support/random_tensor.h"
+#include "support/dying_communicator.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -202,31 +203,6 @@ TEST_F(DistributedTest, ARankThatFailsMidSaveFailsEveryRankAndCommitsNothing) {
   EXPECT_EQ(load(temp / "step").at("step").integer(), 7);
 }
 
-// A rank that dies: its communicator goes away at its `at`-th collective.
-class DyingCommunicator final : public Communicator {
- public:
-  DyingCommunicator(std::unique_ptr<Communicator> inner, int at) : inner_(std::move(inner)), at_(at) {}
-  size_t rank() const override { return rank_; }
-  size_t size() const override { return size_; }
-  void barrier() override { step()->barrier(); }
-  std::vector<std::string> all_gather(std::string_view bytes) override { return step()->all_gather(bytes); }
-  std::string broadcast(std::string_view bytes, size_t root) override { return step()->broadcast(bytes, root); }
-
- private:
-  Communicator* step() {
-    if (++calls_ == at_) {
-      inner_.reset();
-      throw std::runtime_error("died");
-    }
-    return inner_.get();
-  }
-  std::unique_ptr<Communicator> inner_;
-  size_t rank_ = inner_->rank();
-  size_t size_ = inner_->size();
-  int at_;
-  int calls_ = 0;
-};
-
 TEST_F(DistributedTest, ARankThatDiesMidSaveNeverHangsTheOthersAndCommitsNothing) {
   save_on_four(temp / "step");
   for (size_t dying : {0u, 1u, 3u}) {
@@ -238,7 +214,7 @@ TEST_F(DistributedTest, ARankThatDiesMidSaveNeverHangsTheOthersAndCommitsNothing
       std::vector<std::thread> threads;
       for (size_t r = 0; r < 4; ++r) {
         std::unique_ptr<Communicator> comm = group.communicator(r);
-        if (r == dying) comm = std::make_unique<DyingCommunicator>(std::move(comm), at);
+        if (r == dying) comm = std::make_unique<testing::DyingCommunicator>(std::move(comm), at);
         threads.emplace_back([&, r, comm = std::move(comm)]() mutable {
           try {
             auto [tree, shards] = local_state(r);

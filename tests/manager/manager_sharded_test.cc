@@ -23,6 +23,7 @@
 #include "manager/manager_support.h"
 #include "manager/step_record.h"
 #include "support/random_tensor.h"
+#include "support/dying_communicator.h"
 #include "support/temp_dir.h"
 
 namespace ckpt {
@@ -309,32 +310,6 @@ TEST_F(ManagerShardedTest, AnAsynchronousSaveThatFailsIsRaisedOnEveryRankBySaveO
   }));
 }
 
-// A rank that dies: its communicator goes away at its `at`-th collective.
-class LeavingCommunicator final : public Communicator {
- public:
-  LeavingCommunicator(std::unique_ptr<Communicator> inner, int at) : inner_(std::move(inner)), at_(at) {}
-  size_t rank() const override { return rank_; }
-  size_t size() const override { return size_; }
-  bool callable_from_any_thread() const override { return true; }
-  void barrier() override { step()->barrier(); }
-  std::vector<std::string> all_gather(std::string_view bytes) override { return step()->all_gather(bytes); }
-  std::string broadcast(std::string_view bytes, size_t root) override { return step()->broadcast(bytes, root); }
-
- private:
-  Communicator* step() {
-    if (++calls_ == at_) {
-      inner_.reset();
-      throw std::runtime_error("died");
-    }
-    return inner_.get();
-  }
-  std::unique_ptr<Communicator> inner_;
-  size_t rank_ = inner_->rank();
-  size_t size_ = inner_->size();
-  int at_;
-  int calls_ = 0;
-};
-
 TEST_F(ManagerShardedTest, ARankThatDiesMidSaveFailsTheOthersAndCommitsNothing) {
   save_steps({1}, {.fsync = false});
   ThreadGroup group(kRanks);
@@ -344,7 +319,7 @@ TEST_F(ManagerShardedTest, ARankThatDiesMidSaveFailsTheOthersAndCommitsNothing) 
     std::unique_ptr<Communicator> comm = group.communicator(r);
     // Rank 3 leaves after its shard is written, before it is gathered (its
     // 1st collective opens the manager, the 2nd announces, the 3rd gathers).
-    if (r == 3) comm = std::make_unique<LeavingCommunicator>(std::move(comm), 3);
+    if (r == 3) comm = std::make_unique<testing::DyingCommunicator>(std::move(comm), 3);
     threads.emplace_back([&, r, comm = std::move(comm)]() mutable {
       try {
         Manager manager(run, {.fsync = false, .comm = comm.get()});
