@@ -16,8 +16,10 @@
 #include <thread>
 
 #include "ckpt/error.h"
+#include "core/checksum.h"
 #include "core/parallel.h"
 #include "io/deferred_release.h"
+#include "io/file_hashes.h"
 #include "io/file_system.h"
 
 namespace ckpt::detail {
@@ -72,8 +74,48 @@ bool set_flush_early(bool on) { return g_flush_early.exchange(on); }
 
 uint64_t bytes_written() { return g_bytes_written.load(std::memory_order_relaxed); }
 
+// The whole-file xxh3 of a file written in file order: each write at or
+// after the end of the one before, the holes between them (and up to the
+// size set by resize) hashed as the zeros they read as. A write before the
+// end hashed so far ends it: the file is then not reported.
+struct AtomicFile::RunningHash {
+  explicit RunningHash(FileHashes* to) : to(to) {}
+  FileHashes* to;
+  Checksummer sum{ChecksumKind::kXxh3};
+  uint64_t hashed = 0;  // bytes [0, hashed) are in `sum`
+  uint64_t size = 0;    // the file's size: the furthest write's end, or resize's
+  bool in_order = true;
+
+  void zeros_to(uint64_t end) {
+    static const std::byte kZeros[64 << 10] = {};
+    while (hashed < end) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof kZeros, end - hashed));
+      sum.update(std::span<const std::byte>(kZeros, n));
+      hashed += n;
+    }
+  }
+  void write(std::span<const std::span<const std::byte>> pieces, uint64_t offset) {
+    if (!in_order) return;
+    if (offset < hashed) {
+      in_order = false;
+      return;
+    }
+    zeros_to(offset);
+    for (const auto& piece : pieces) {
+      sum.update(piece);
+      hashed += piece.size();
+    }
+    size = std::max(size, hashed);
+  }
+  void resize(uint64_t to_size) {
+    if (to_size < hashed) in_order = false;
+    size = to_size;
+  }
+};
+
 AtomicFile::AtomicFile(std::filesystem::path final_path, AtomicFileOptions options)
     : final_path_(std::move(final_path)), options_(options) {
+  if (FileHashes* hashes = FileHashes::current()) hash_ = std::make_unique<RunningHash>(hashes);
   if (final_path_.filename().empty()) {
     throw Error(ErrorCode::kInvalidArgument, "not a file path", {.path = final_path_});
   }
@@ -114,6 +156,7 @@ void AtomicFile::release_lock() noexcept {
 
 void AtomicFile::resize(uint64_t size) {
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) throw_io(final_path_, "cannot size file", errno);
+  if (hash_) hash_->resize(size);
 }
 
 void AtomicFile::write_at(std::span<const std::byte> bytes, uint64_t offset) {
@@ -126,6 +169,8 @@ void AtomicFile::write_vectored_at(std::span<const std::span<const std::byte>> p
   for (const auto& piece : pieces) total += piece.size();
   const bool flush_early = options_.fsync && total >= kFlushEarlyFrom && g_flush_early.load();
   const uint64_t first = offset;
+  // Hashed before they are written: the kernel's copy then reads them from cache.
+  if (hash_) hash_->write(pieces, offset);
   bool drained = false;  // the space of deferred releases was freed for this write
   size_t next = 0;       // the first piece not wholly written
   size_t skip = 0;       // bytes of pieces[next] already written
@@ -293,6 +338,10 @@ void AtomicFile::commit(const AtomicCommitOptions& commit_options) {
   release_lock();
   if (options_.fsync && commit_options.sync_directory) sync_directory(final_path_.parent_path(), final_path_);
   release_later(std::move(replaced));
+  if (hash_ && hash_->in_order) {
+    hash_->zeros_to(hash_->size);
+    hash_->to->add({.path = final_path_, .size = hash_->size, .xxh3 = hash_->sum.hex()});
+  }
 }
 
 }  // namespace ckpt::detail

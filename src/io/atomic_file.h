@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ struct WriteSpan {
   std::function<void(std::span<const std::byte>)> on_chunk;
 };
 
+class FileHashes;
+
 class AtomicFile {
  public:
   // Creates the temporary file "<dir>/.<name>.ckpt-tmp-<random>"
@@ -47,6 +50,9 @@ class AtomicFile {
   // temporaries of `final_path` that belong to no live writer (what killed
   // saves left: remove_abandoned_temporaries; nothing inside a temporary
   // directory).
+  // Created while this thread has a FileHashes collector (io/file_hashes.h),
+  // the file hashes its bytes as they are written and, if they came in file
+  // order, reports its size and xxh3 there on commit.
   // Throws Error{kNotFound} if the directory does not exist, {kIo} otherwise.
   AtomicFile(std::filesystem::path final_path, AtomicFileOptions options = {});
   AtomicFile(const AtomicFile&) = delete;
@@ -106,6 +112,9 @@ class AtomicFile {
   void write_vectored_at(std::span<const std::span<const std::byte>> pieces, uint64_t offset);
   void abandon() noexcept;
   void release_lock() noexcept;
+  // The whole-file hash while the writes come in file order (see FileHashes).
+  struct RunningHash;
+  std::unique_ptr<RunningHash> hash_;
   std::filesystem::path final_path_;
   std::filesystem::path temp_path_;
   AtomicFileOptions options_;

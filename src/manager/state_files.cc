@@ -267,12 +267,21 @@ StateDigest state_digest(const Tree& state, unsigned threads) {
 }
 
 std::vector<RecordedFile> record_state_files(const fs::path& step_dir, const std::set<std::string>& known,
-                                             std::string_view part) {
+                                             std::string_view part, const std::vector<HashedFile>& hashed) {
   std::vector<RecordedFile> files;
   std::vector<std::byte> chunk;
+  std::map<std::string, const HashedFile*> hashed_by_path;
+  for (const HashedFile& file : hashed) hashed_by_path[file.path.lexically_relative(step_dir).generic_string()] = &file;
   const auto record = [&](const fs::path& path) {
     const std::string relative = path.lexically_relative(step_dir).generic_string();
     if (relative == kStepRecordName || known.contains(relative)) return;
+    if (const auto found = hashed_by_path.find(relative); found != hashed_by_path.end()) {
+      std::error_code size_error;
+      if (fs::file_size(path, size_error) == found->second->size && !size_error) {
+        files.push_back({.path = relative, .size = found->second->size, .xxh3 = found->second->xxh3});
+        return;
+      }
+    }
     // Read back with positioned reads, chunk by chunk (the file was just
     // written: from the page cache, faster than faulting in a mapping).
     const std::shared_ptr<const MappedFile> file = MappedFile::open(path);

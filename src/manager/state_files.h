@@ -14,6 +14,7 @@
 
 #include "ckpt/format.h"
 #include "ckpt/tree.h"
+#include "io/file_hashes.h"
 #include "manager/step_record.h"
 
 namespace ckpt::detail {
@@ -79,9 +80,12 @@ StateDigest state_digest(const Tree& state, unsigned threads = 0);
 // (linked from the previous step, or recorded already: their record is
 // that); with `part`, only the files of the part stored under that name
 // (file_of_part), so that each part is recorded as soon as it is written.
+// A file in `hashed` (hashed as it was written: io/file_hashes.h) of the
+// size found is recorded from there; the others are read back.
 // Throws Error{kIo}.
 std::vector<RecordedFile> record_state_files(const std::filesystem::path& step_dir,
-                                             const std::set<std::string>& known = {}, std::string_view part = {});
+                                             const std::set<std::string>& known = {}, std::string_view part = {},
+                                             const std::vector<HashedFile>& hashed = {});
 
 // Hard-links each of `files` from `from_dir` into `to_dir` (copying where
 // the file system refuses a link; a copy is fsynced with `fsync`). Returns

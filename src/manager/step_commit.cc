@@ -11,6 +11,7 @@
 #include "distributed/sharded_commit.h"
 #include "io/atomic_directory.h"
 #include "io/atomic_file.h"
+#include "io/file_hashes.h"
 #include "manager/manager_impl.h"
 #include "manager/state_files.h"
 
@@ -36,10 +37,14 @@ detail::StepRecord Manager::Impl::commit_step(Job& job) {
     previous = last_record;
   }
   detail::AtomicDirectory directory(final_path, {.fsync = options.fsync, .files_synced = true});
-  // Each part on its own: its digest (dedup off: none, no pass over the
-  // bytes for it), then its files linked from the previous step when the
-  // digest is the same, else written. Several parts run in parallel, so
-  // that a frozen part's digest overlaps the trained part's write.
+  // Each part on its own: its digest, then its files linked from the
+  // previous step when the digest is the same (and dedup is on), else
+  // written. The digest's checksums go to the writer even with dedup off:
+  // known before the data is written, they let a writer put its header
+  // first and write in file order, so that the file is hashed for its
+  // record as it is written (io/file_hashes.h) instead of read back. Several
+  // parts run in parallel, so that a frozen part's digest overlaps the
+  // trained part's write.
   struct PartDone {
     std::string digest;
     std::vector<detail::RecordedFile> linked;   // empty: written
@@ -55,11 +60,9 @@ detail::StepRecord Manager::Impl::commit_step(Job& job) {
   const auto commit_part = [&](size_t i) {
     PartDone done;
     std::shared_ptr<const std::map<std::string, std::string>> checksums;
-    if (options.dedup) {
-      detail::StateDigest digest = detail::state_digest(job.parts[i].state, threads);
-      done.digest = std::move(digest.hex);
-      checksums = std::move(digest.checksums);
-    }
+    detail::StateDigest digest = detail::state_digest(job.parts[i].state, threads);
+    checksums = std::move(digest.checksums);
+    if (options.dedup) done.digest = std::move(digest.hex);
     if (!done.digest.empty() && previous && previous->format == format_id &&
         previous_digest(*previous, names[i]) == done.digest) {
       std::vector<detail::RecordedFile> files;
@@ -73,10 +76,13 @@ detail::StepRecord Manager::Impl::commit_step(Job& job) {
       }
     }
     // The digest's checksums are the writer's (xxh3): not computed twice.
+    // The files the save writes in file order are hashed as they are
+    // written, not read back for their record.
+    detail::FileHashes hashed;
     ckpt::save(directory.path() / names[i], job.parts[i].state,
                {.format = format_id, .known_checksums = std::move(checksums), .fsync = options.fsync,
                 .threads = threads, .state_file = StateFilePolicy::kLeave});
-    done.written = detail::record_state_files(directory.path(), {}, names[i]);
+    done.written = detail::record_state_files(directory.path(), {}, names[i], hashed.files());
     return done;
   };
   std::vector<PartDone> parts_done(job.parts.size());

@@ -348,6 +348,34 @@ TEST(ManagerTest, TensorFlowRunKeepsTheStateFile) {
   EXPECT_TRUE(load(manager.latest()->path) == tensor_state(3));
 }
 
+// Every file of a step is recorded with the size and xxh3 of its bytes as
+// they lie on disk, whether the writer wrote it in file order (hashed as it
+// was written: io/file_hashes.h) or not (read back), with dedup on or off.
+TEST(ManagerTest, EveryFormatsFilesAreRecordedWithTheXxh3OfTheirBytesOnDisk) {
+  for (const bool dedup : {true, false}) {
+    for (const std::string format : {"safetensors", "torch", "tf", "flax", "orbax", "dcp"}) {
+      SCOPED_TRACE(format + (dedup ? " dedup" : " no dedup"));
+      TempDir dir;
+      Manager manager(dir.path(), {.format = format, .dedup = dedup});
+      manager.save(1, small_state(1));
+      manager.save(2, small_state(2));
+      for (const int64_t step : {1, 2}) {
+        const fs::path step_dir = dir / detail::step_directory_name(step);
+        const detail::StepRecord record = detail::read_step_record(step_dir);
+        ASSERT_FALSE(record.files.empty());
+        for (const detail::RecordedFile& file : record.files) {
+          const std::string bytes = file_text(step_dir / file.path);
+          EXPECT_EQ(file.size, bytes.size()) << file.path;
+          EXPECT_EQ(file.xxh3,
+                    detail::hex_digits(detail::xxh3_64(std::as_bytes(std::span(bytes.data(), bytes.size()))), 16))
+              << file.path;
+        }
+      }
+      EXPECT_TRUE(load(manager.latest()->path) == small_state(2));
+    }
+  }
+}
+
 TEST(ManagerTest, OrbaxStateIsADirectoryWithEveryFileRecorded) {
   TempDir dir;
   Manager manager(dir.path(), {.format = "orbax"});

@@ -381,18 +381,29 @@ void PlannedFile::write_file(const std::filesystem::path& path) const {
     }
     spans.push_back(std::move(span));
   }
-  file.write_parallel(spans, plan.options.threads);
-
-  std::string header = plan.header.text;
-  if (summed) {
-    std::vector<std::string> digests;
-    digests.reserve(stored.size());
-    for (size_t i = 0; i < stored.size(); ++i) digests.push_back(known[i] != nullptr ? *known[i] : sums[i].hex());
-    fill_digests(header, digests);
+  const auto write_header = [&] {
+    std::string header = plan.header.text;
+    if (summed) {
+      std::vector<std::string> digests;
+      digests.reserve(stored.size());
+      for (size_t i = 0; i < stored.size(); ++i) digests.push_back(known[i] != nullptr ? *known[i] : sums[i].hex());
+      fill_digests(header, digests);
+    }
+    const std::string prefix = length_prefix(header.size());
+    file.write_at(std::as_bytes(std::span(prefix)), 0);
+    file.write_at(std::as_bytes(std::span(header)), kHeaderLengthSize);
+  };
+  // With every checksum known before the data is written (or none stored),
+  // the header goes first and the file is written in file order, so that
+  // io/file_hashes.h can hash it as it goes; else it follows the data whose
+  // checksums it holds.
+  bool header_first = true;
+  for (size_t i = 0; summed && i < stored.size(); ++i) {
+    if (known[i] == nullptr && stored[i].tensor->nbytes() != 0) header_first = false;
   }
-  const std::string prefix = length_prefix(header.size());
-  file.write_at(std::as_bytes(std::span(prefix)), 0);
-  file.write_at(std::as_bytes(std::span(header)), kHeaderLengthSize);
+  if (header_first) write_header();
+  file.write_parallel(spans, plan.options.threads);
+  if (!header_first) write_header();
   file.commit();
 }
 
