@@ -5,6 +5,9 @@
 //   load_s      open with lazy=false: every tensor read into fresh heap memory
 //   save_s      write the materialized tree to DIR/ckpt-save.<ext> (no fsync)
 //   save_fsync_s  the same with fsync (ckpt's default)
+//   save_no_checksum_s  save_s without per-tensor checksums
+//               (SaveOptions::checksum = kNone), in the same turns: what the
+//               checksums' pass over the bytes costs a save
 //   plain_s     write() of every tensor's bytes from the same memory into a
 //               new file (no fsync): the limit under save_s, timed in turns
 //               with the saves
@@ -267,7 +270,7 @@ int bench_file_main(int argc, char** argv) {
     const ckpt::SaveOptions options{.format = std::string(ckpt::open(path).format), .fsync = false, .threads = threads};
     // In turns, each into a fresh folder after a sync (untimed): no
     // contender inherits another's dirty pages or blocks to free.
-    enum Contender { kSave, kPlain, kSaveFsync, kPlainFsync, kSaveFsyncNoFlush, kContenders };
+    enum Contender { kSave, kPlain, kSaveFsync, kPlainFsync, kSaveFsyncNoFlush, kSaveNoChecksum, kContenders };
     double best[kContenders];
     std::fill(std::begin(best), std::end(best), 1e100);
     for (int i = 0; i < repeats; ++i) {
@@ -277,7 +280,8 @@ int bench_file_main(int argc, char** argv) {
         std::filesystem::create_directories(out_dir);
         ::sync();
         ckpt::SaveOptions o = options;
-        o.fsync = c != kSave && c != kPlain;
+        o.fsync = c != kSave && c != kPlain && c != kSaveNoChecksum;
+        if (c == kSaveNoChecksum) o.checksum = ckpt::ChecksumKind::kNone;
         const bool flush_early = ckpt::detail::set_flush_early(c != kSaveFsyncNoFlush);
         const auto start = Clock::now();
         if (c == kPlain || c == kPlainFsync) {
@@ -298,9 +302,9 @@ int bench_file_main(int argc, char** argv) {
     const double decode_s = decode_floor_seconds(path, repeats, threads);
     std::printf("{\"tensors\": %zu, \"bytes\": %llu, \"open_s\": %.9f, \"load_s\": %.9f, \"load_cpu_s\": %.9f, "
                 "\"save_s\": %.9f, \"plain_s\": %.9f, \"save_fsync_s\": %.9f, \"plain_fsync_s\": %.9f, "
-                "\"flush_early_off_fsync_s\": %.9f, \"read_s\": %.9f, \"decode_s\": %s}\n",
+                "\"flush_early_off_fsync_s\": %.9f, \"save_no_checksum_s\": %.9f, \"read_s\": %.9f, \"decode_s\": %s}\n",
                 tensors, static_cast<unsigned long long>(bytes), open_s, load_s, load_cpu_s, save_s, best[kPlain], save_fsync_s,
-                best[kPlainFsync], best[kSaveFsyncNoFlush], read_s, decode_s < 0 ? "null" : std::to_string(decode_s).c_str());
+                best[kPlainFsync], best[kSaveFsyncNoFlush], best[kSaveNoChecksum], read_s, decode_s < 0 ? "null" : std::to_string(decode_s).c_str());
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench: %s\n", error.what());
     return 1;
