@@ -97,7 +97,7 @@ bench: build python
 bench-torch: build
 	$(PYTHON) bench/bench_torch.py --bench $(BUILD)/ckpt_bench
 
-bench-speed: build
+bench-speed: build python
 	$(PYTHON) bench/bench_speed.py --bench $(BUILD)/ckpt_bench
 
 # Issue 19's figures: downloads against curl -o, cached loads, lazy remote

@@ -34,6 +34,8 @@ import time
 
 import numpy as np
 
+from bench_vm import touch_and_free
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
@@ -118,13 +120,6 @@ def checkpoint_bytes(path):
     if path.is_file():
         return path.stat().st_size
     return sum(f.stat().st_size for f in path.parent.glob(path.name + ".*"))
-
-
-def touch_and_free(nbytes):
-    """Writes every page of fresh memory, then frees it (numpy's large
-    blocks are mapped and unmapped): see the module's docstring."""
-    block = np.ones(nbytes, dtype=np.uint8)
-    del block
 
 
 def peer_child(name, path):

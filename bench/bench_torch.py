@@ -30,13 +30,16 @@ import time
 import torch
 
 from bench_common import best, run
+from bench_vm import touch_and_free
 
 
 def overwrite_pairs(sd, path, directory, bench, repeats):
     """Best times of torch.save and of ckpt's save onto an existing file of
-    the same state, in pairs (torch, ckpt), each after os.sync(): ckpt's
-    side saves in a `ckpt_bench file --serve` process that loaded `path`
-    once and reports each save's own time."""
+    the same state, in pairs (torch, ckpt), each after os.sync() and after
+    touching and freeing memory the size of the state (bench_vm.py; the
+    serving process does the same before each of its saves): ckpt's side
+    saves in a `ckpt_bench file --serve` process that loaded `path` once and
+    reports each save's own time."""
     out_torch = directory / "overwrite-torch.pt"
     out_ckpt = directory / "overwrite-ckpt.pt"
     torch.save(sd, out_torch)
@@ -45,8 +48,10 @@ def overwrite_pairs(sd, path, directory, bench, repeats):
     try:
         assert server.stdout.readline().strip() == "ready"
         t_torch = t_ckpt = math.inf
+        nbytes = path.stat().st_size
         for _ in range(repeats):
             os.sync()
+            touch_and_free(nbytes)
             start = time.perf_counter()
             torch.save(sd, out_torch)
             t_torch = min(t_torch, time.perf_counter() - start)
