@@ -29,13 +29,14 @@ def state(count, elements):
     return {f"layers.{i}.weight": torch.rand(elements, generator=generator) for i in range(count)}
 
 
-def run(measure, banner, prefix):
-    """Parses the common options (--repeats, --gib, --bench, --dir) and runs
+def run(measure, banner, prefix, repeats=3):
+    """Parses the common options (--repeats, default `repeats`; --gib,
+    --bench, --dir) and runs
     measure(label, state, directory, bench, repeats) on the 1 GiB state (100
     tensors) and on the 10,000-tensor state, in a temporary folder unless
     --dir names one. `banner(directory)` is printed first."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--gib", type=float, default=1.0)
     root = pathlib.Path(__file__).resolve().parents[1]
     parser.add_argument("--bench", default=str(root / "build" / "ckpt_bench"))
