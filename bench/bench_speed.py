@@ -4,7 +4,8 @@ the same bytes (ckpt's side timed in C++ by `ckpt_bench file`), with the
 peer beside it.
 
   save .safetensors (no fsync)   ckpt / plain write()       peer: safetensors.save_file
-                                 (and ckpt without its per-tensor checksums / plain write())
+                                 (and ckpt without its per-tensor checksums / plain write(); and ckpt
+                                 / plain pwrite() of the bytes at the offsets ckpt's file holds them)
   durable save .pt (fsync)       ckpt / plain write()+fsync peer: torch.save + fsync
   overwriting an existing .pt    ckpt vs torch.save onto it, in pairs
   full load .safetensors         ckpt (into heap) / plain read()   peer: safetensors.load_file, touched:
@@ -99,7 +100,8 @@ def measure(label, sd, directory, bench, repeats):
     print(f"save .safetensors: ckpt / plain write() {c_st['plain_s'] / c_st['save_s']:5.2f}x"
           f" | safetensors.save_file / plain {c_st['plain_s'] / t_st_save:5.2f}x"
           f" | ckpt vs safetensors {t_st_save / c_st['save_s']:5.2f}x"
-          f" | ckpt without checksums / plain {c_st['plain_s'] / c_st['save_no_checksum_s']:5.2f}x")
+          f" | ckpt without checksums / plain {c_st['plain_s'] / c_st['save_no_checksum_s']:5.2f}x"
+          f" | ckpt / plain pwrite() at the file's own offsets {c_st['plain_layout_s'] / c_st['save_s']:5.2f}x")
     print(f"durable save .pt: ckpt / plain write()+fsync {c_pt['plain_fsync_s'] / c_pt['save_fsync_s']:5.2f}x"
           f" | ckpt vs torch.save+fsync {t_torch_fsync / c_pt['save_fsync_s']:5.2f}x")
     print(f"overwrite .pt: ckpt vs torch.save onto it {t_over_torch / t_over_ckpt:5.2f}x")
