@@ -33,21 +33,28 @@ from bench_common import best, run
 from bench_vm import touch_and_free
 
 
-def overwrite_pairs(sd, path, directory, bench, repeats):
+def overwrite_pairs(sd, path, directory, bench, repeats, in_process=None):
     """Best times of torch.save and of ckpt's save onto an existing file of
     the same state, in pairs (torch, ckpt), each after os.sync() and after
     touching and freeing memory the size of the state (bench_vm.py; the
     serving process does the same before each of its saves): ckpt's side
     saves in a `ckpt_bench file --serve` process that loaded `path` once and
-    reports each save's own time."""
+    reports each save's own time. With `in_process` (a function saving a
+    state to a path, such as ckpt.save), it is timed too, in this process
+    onto its own existing file, third in each turn after the same os.sync()
+    and touch: the like-for-like of torch.save's side (same process, same
+    tensors). Returns (torch, serving process, in_process or None)."""
     out_torch = directory / "overwrite-torch.pt"
     out_ckpt = directory / "overwrite-ckpt.pt"
+    out_in_process = directory / "overwrite-in-process.pt"
     torch.save(sd, out_torch)
+    if in_process is not None:
+        in_process(out_in_process, sd)
     server = subprocess.Popen([bench, "file", str(path), "--serve", str(out_ckpt)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout.readline().strip() == "ready"
-        t_torch = t_ckpt = math.inf
+        t_torch = t_ckpt = t_in_process = math.inf
         nbytes = path.stat().st_size
         for _ in range(repeats):
             os.sync()
@@ -59,12 +66,19 @@ def overwrite_pairs(sd, path, directory, bench, repeats):
             server.stdin.write("overwrite\n")
             server.stdin.flush()
             t_ckpt = min(t_ckpt, float(server.stdout.readline()))
+            if in_process is not None:
+                os.sync()
+                touch_and_free(nbytes)
+                start = time.perf_counter()
+                in_process(out_in_process, sd)
+                t_in_process = min(t_in_process, time.perf_counter() - start)
     finally:
         server.stdin.close()
         server.wait()
     out_torch.unlink()
     out_ckpt.unlink()
-    return t_torch, t_ckpt
+    out_in_process.unlink(missing_ok=True)
+    return t_torch, t_ckpt, (t_in_process if in_process is not None else None)
 
 
 def measure(label, sd, directory, bench, repeats):
@@ -86,7 +100,7 @@ def measure(label, sd, directory, bench, repeats):
                             check=True, capture_output=True, text=True)
     c = json.loads(result.stdout)
     assert c["tensors"] == n and c["bytes"] == nbytes, (c, n, nbytes)
-    t_over_torch, t_over_ckpt = overwrite_pairs(sd, path, directory, bench, repeats)
+    t_over_torch, t_over_ckpt, _ = overwrite_pairs(sd, path, directory, bench, repeats)
 
     print(f"\n== {label}: {n} float32 tensors, {nbytes / 2**20:.0f} MiB (best of {repeats}) ==")
     print(f"load, all tensors materialized: torch.load {t_load * 1e3:9.1f} ms | ckpt {c['load_s'] * 1e3:9.1f} ms"
