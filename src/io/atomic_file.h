@@ -74,9 +74,11 @@ class AtomicFile {
   // pieces straight from its memory, small spans that lie back to back in
   // the file with one vectored call (pwritev, no copy). Writes into one
   // file's page cache serialize on the file system's inode lock, so more
-  // writers gain nothing; the other threads run the spans' on_chunk
-  // (checksums) at the same time, each span's pieces in order. With one
-  // thread, each piece's on_chunk runs just before that piece is written.
+  // writers gain nothing. With more than one thread, one other thread runs
+  // the spans' on_chunk (checksums) in lockstep with the writer, at most one
+  // piece ahead of it, so the source is read from memory once (the writer
+  // finds it in cache); the rest stay idle. With one thread, each piece's
+  // on_chunk runs just before that piece is written.
   // Every on_chunk has seen all its span's bytes, in order, when this
   // returns. Throws the first Error either side hit (after both stopped).
   void write_parallel(const std::vector<WriteSpan>& spans, unsigned threads = 0);

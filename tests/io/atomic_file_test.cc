@@ -145,6 +145,73 @@ TEST(AtomicFileTest, SmallBackToBackSpansAreGatheredAndLandExactly) {
   }
 }
 
+// With a second thread, checksums follow the writer at most one 8 MiB piece
+// ahead: piece k is hashed only once pieces 0 .. k-2 are written.
+TEST(AtomicFileTest, ChecksumsRunInLockstepAtMostOnePieceAheadOfTheWriter) {
+  testing::TempDir dir;
+  constexpr size_t kPiece = size_t{8} << 20;
+  std::vector<std::byte> data(6 * kPiece + 5, std::byte{3});
+  std::vector<uint64_t> written_before;  // bytes written when each piece was hashed
+  const uint64_t start = bytes_written();
+  size_t seen = 0;
+  AtomicFile file(dir / "lockstep.bin");
+  file.write_parallel({{.bytes = data, .offset = 0, .on_chunk = [&](std::span<const std::byte> piece) {
+                          written_before.push_back(bytes_written() - start);
+                          seen += piece.size();
+                        }}},
+                      2);
+  file.commit();
+  EXPECT_EQ(seen, data.size());
+  ASSERT_EQ(written_before.size(), 7u);
+  for (size_t k = 2; k < written_before.size(); ++k) {
+    EXPECT_GE(written_before[k], (k - 1) * kPiece) << "piece " << k << " hashed too far ahead";
+  }
+  EXPECT_EQ(MappedFile::open(dir / "lockstep.bin")->size(), data.size());
+}
+
+// The writer failing half-way releases the checksum thread waiting for it:
+// the call returns the write's error, and the previous file stays.
+TEST(AtomicFileTest, WriteFailureWithChecksumsAlongsideReturnsTheWriteError) {
+  testing::TempDir dir;
+  std::ofstream(dir / "out.bin") << "old";
+  std::vector<std::byte> data(4 * (size_t{8} << 20), std::byte{5});
+  size_t seen = 0;
+  try {
+    AtomicFile file(dir / "out.bin");
+    inject_write_fault_after(int64_t{9} << 20);
+    file.write_parallel({{.bytes = data, .offset = 0, .on_chunk = [&](std::span<const std::byte> piece) { seen += piece.size(); }}}, 2);
+    inject_write_fault_after(-1);
+    FAIL() << "the write should have failed";
+  } catch (const Error& error) {
+    inject_write_fault_after(-1);
+    EXPECT_EQ(error.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(error.what()).find("out.bin"), std::string::npos);
+  }
+  EXPECT_LT(seen, data.size());  // the checksums stopped with the writer
+  EXPECT_EQ(read_file(dir / "out.bin"), "old");
+  EXPECT_EQ(dir.list(), std::vector<std::string>{"out.bin"});
+}
+
+// A checksum failing on its thread: the writer finishes, then the call
+// throws the checksum's error.
+TEST(AtomicFileTest, ChecksumFailureAlongsideIsThrownAfterTheWriterStops) {
+  testing::TempDir dir;
+  std::vector<std::byte> data(3 * (size_t{8} << 20), std::byte{6});
+  int pieces = 0;
+  AtomicFile file(dir / "out.bin");
+  try {
+    file.write_parallel({{.bytes = data, .offset = 0, .on_chunk = [&](std::span<const std::byte>) {
+                            if (++pieces == 2) throw Error(ErrorCode::kCorrupt, "checksum failed", {.path = dir / "out.bin"});
+                          }}},
+                        2);
+    FAIL() << "the checksum's error should have been thrown";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kCorrupt);
+    EXPECT_NE(std::string(error.what()).find("checksum failed"), std::string::npos);
+  }
+  EXPECT_EQ(pieces, 2);
+}
+
 // A real operating-system failure: the file-size limit makes write() fail
 // with EFBIG half-way through.
 TEST(AtomicFileTest, FileSizeLimitFailureKeepsThePreviousFile) {
