@@ -58,6 +58,19 @@ TEST_P(ThreadsTest, AThreadedSaveReadsBackWhole) {
   EXPECT_TRUE(load(path, {.lazy = false, .threads = 4}) == tree);
 }
 
+// A tensor of several 8 MiB pieces beside small ones, saved with two
+// threads: the checksum thread waits on the writer piece by piece (the
+// lockstep of AtomicFile::write_parallel), which ThreadSanitizer checks.
+TEST_P(ThreadsTest, ALargeTensorSavedWithChecksumsInLockstepReadsBackWhole) {
+  if (!format().capabilities().write) GTEST_SKIP() << "read-only format";
+  const Tensor large = random_tensor(DType::kFloat32, {1088, 4096}, 7);  // 17 MiB: three pieces
+  Tree tree = single() ? Tree(large) : sample_tree(4, false);
+  if (!single()) tree.set("embedding.weight", large);
+  const auto path = target(dir_, format());
+  save(path, tree, {.format = std::string(format().id()), .threads = 2});
+  EXPECT_TRUE(load(path, {.lazy = false, .threads = 2}) == tree);
+}
+
 // Each user thread opens and fully reads the same checkpoint on its own.
 TEST_P(ThreadsTest, ThreadsLoadingOneFileEachSeeItWhole) {
   if (!format().capabilities().write) GTEST_SKIP() << "read-only format";
