@@ -251,6 +251,40 @@ std::vector<WriteJob> plan_jobs(const std::vector<WriteSpan>& spans) {
   return jobs;
 }
 
+// One step of the writer: a piece (up to kChunkSize) of one span, written
+// straight from its memory, or a gathered job's small spans in one vectored
+// write. The checksum thread counts the same steps.
+struct WriteStep {
+  size_t first;
+  size_t last;
+  std::span<const std::byte> piece;  // of spans[first], when the step holds one span
+  uint64_t at;                       // where `piece` goes in the file
+
+  bool one_span() const { return last - first == 1; }
+  // The bytes of spans[i] (first <= i < last) this step writes.
+  std::span<const std::byte> bytes_of(const std::vector<WriteSpan>& spans, size_t i) const {
+    return one_span() ? piece : spans[i].bytes;
+  }
+};
+
+std::vector<WriteStep> plan_steps(const std::vector<WriteSpan>& spans) {
+  std::vector<WriteStep> steps;
+  for (const WriteJob& job : plan_jobs(spans)) {
+    if (job.last - job.first > 1) {
+      steps.push_back({job.first, job.last, {}, spans[job.first].offset});
+      continue;
+    }
+    const WriteSpan& span = spans[job.first];
+    size_t done = 0;
+    do {  // an empty span still gets its one (empty) piece, and its on_chunk
+      const auto piece = span.bytes.subspan(done, std::min(kChunkSize, span.bytes.size() - done));
+      steps.push_back({job.first, job.last, piece, span.offset + done});
+      done += piece.size();
+    } while (done < span.bytes.size());
+  }
+  return steps;
+}
+
 // A piece of a summed span, with the writer's step that writes it.
 struct HashPiece {
   const WriteSpan* span;
@@ -263,42 +297,25 @@ struct HashPiece {
 // cache (two 8 MiB pieces fit the last-level cache of current servers).
 constexpr uint64_t kHashLead = 1;
 
+// What the writer publishes as its step count when it failed.
+constexpr uint64_t kWriterFailed = UINT64_MAX;
+
 }  // namespace
 
 void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned threads) {
-  const std::vector<WriteJob> jobs = plan_jobs(spans);
+  const std::vector<WriteStep> steps = plan_steps(spans);
   if (threads == 0) threads = default_threads();
-  const auto each_piece = [](const WriteSpan& span, auto&& body) {
-    size_t done = 0;
-    do {
-      const auto piece = span.bytes.subspan(done, std::min(kChunkSize, span.bytes.size() - done));
-      body(piece, span.offset + done);
-      done += piece.size();
-    } while (done < span.bytes.size());
-  };
-  // The writer's steps: one per piece of a large span, one per gathered job.
   std::vector<HashPiece> summed;
-  uint64_t steps = 0;
-  for (const WriteJob& job : jobs) {
-    if (job.last - job.first == 1) {
-      const WriteSpan& span = spans[job.first];
-      each_piece(span, [&](std::span<const std::byte> piece, uint64_t) {
-        if (span.on_chunk) summed.push_back({&span, piece, steps});
-        ++steps;
-      });
-      continue;
+  for (uint64_t s = 0; s < steps.size(); ++s) {
+    for (size_t i = steps[s].first; i < steps[s].last; ++i) {
+      if (spans[i].on_chunk) summed.push_back({&spans[i], steps[s].bytes_of(spans, i), s});
     }
-    for (size_t i = job.first; i < job.last; ++i) {
-      if (spans[i].on_chunk) summed.push_back({&spans[i], spans[i].bytes, steps});
-    }
-    ++steps;
   }
   const bool alongside = threads > 1 && !summed.empty();  // on_chunk on another thread
 
-  // Steps the writer has begun; the end of writing (or its failure) sets it
-  // past every step, so the checksum thread never waits on a writer gone.
+  // Steps the writer has begun (kWriterFailed once it failed); the checksum
+  // thread hashes step s once the writer has begun step s - kHashLead.
   std::atomic<uint64_t> begun{0};
-  std::atomic<bool> writer_failed{false};  // set before the last begin_step
   const auto begin_step = [&](uint64_t value) {
     if (!alongside) return;
     begun.store(value, std::memory_order_release);
@@ -313,11 +330,12 @@ void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned th
     checksums = std::thread([&] {
       try {
         for (const HashPiece& piece : summed) {
-          for (uint64_t seen = begun.load(std::memory_order_acquire); seen < piece.step + 1 - kHashLead;
-               seen = begun.load(std::memory_order_acquire)) {
+          uint64_t seen = begun.load(std::memory_order_acquire);
+          while (seen < piece.step + 1 - kHashLead) {
             begun.wait(seen, std::memory_order_acquire);
+            seen = begun.load(std::memory_order_acquire);
           }
-          if (writer_failed.load(std::memory_order_relaxed)) break;  // nothing left to sum for
+          if (seen == kWriterFailed) break;  // nothing left to sum for
           piece.span->on_chunk(piece.bytes);
         }
       } catch (...) {
@@ -328,30 +346,26 @@ void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned th
   std::exception_ptr write_error;
   try {
     std::vector<std::span<const std::byte>> gathered;
-    uint64_t step = 0;
-    for (const WriteJob& job : jobs) {
-      if (job.last - job.first == 1) {
-        const WriteSpan& span = spans[job.first];
-        each_piece(span, [&](std::span<const std::byte> piece, uint64_t at) {
-          begin_step(++step);
-          if (!alongside && span.on_chunk) span.on_chunk(piece);
-          write_at(piece, at);
-        });
+    for (uint64_t s = 0; s < steps.size(); ++s) {
+      const WriteStep& step = steps[s];
+      begin_step(s + 1);
+      if (!alongside) {
+        for (size_t i = step.first; i < step.last; ++i) {
+          if (spans[i].on_chunk) spans[i].on_chunk(step.bytes_of(spans, i));
+        }
+      }
+      if (step.one_span()) {
+        write_at(step.piece, step.at);
         continue;
       }
-      begin_step(++step);
       gathered.clear();
-      for (size_t i = job.first; i < job.last; ++i) {
-        if (!alongside && spans[i].on_chunk) spans[i].on_chunk(spans[i].bytes);
-        gathered.push_back(spans[i].bytes);
-      }
-      write_vectored_at(gathered, spans[job.first].offset);
+      for (size_t i = step.first; i < step.last; ++i) gathered.push_back(spans[i].bytes);
+      write_vectored_at(gathered, step.at);
     }
   } catch (...) {
     write_error = std::current_exception();
-    writer_failed.store(true, std::memory_order_relaxed);
+    begin_step(kWriterFailed);
   }
-  begin_step(UINT64_MAX);  // releases writer_failed with it
   if (checksums.joinable()) checksums.join();
   if (write_error) std::rethrow_exception(write_error);
   if (checksum_error) std::rethrow_exception(checksum_error);
