@@ -26,13 +26,16 @@
 //               value of the database into reused per-thread memory, on the
 //               load's threads: the floor under any reader of the checkpoint,
 //               with no page faults and no format work
-// Each is the best of --repeats runs. Before each timed load, read and
+// Each is the best of --repeats runs; "turns_s" holds every turn's time of
+// each save contender, in order (for medians and the spread beside the
+// bests), and --only NAME times only that save contender (for a profile:
+// `perf record -g build/ckpt_bench file PATH --only save`). Before each timed load, read and
 // save, the process touches and frees memory the size of the checkpoint
 // (untimed; see touch_and_free): without it a save or a plain write of 1 GiB
 // took 0.2 s or 1.1-1.8 s by the luck of the pages it got, and the best of
 // three compared luck.
 //
-//   build/ckpt_bench file PATH [--repeats N] [--dir DIR] [--threads N]
+//   build/ckpt_bench file PATH [--repeats N] [--dir DIR] [--threads N] [--only CONTENDER]
 //   build/ckpt_bench file PATH --serve OUT [--threads N]
 //
 // --serve: loads PATH, saves it once to OUT (.pt etc., no fsync), prints
@@ -284,7 +287,7 @@ double decode_floor_seconds(const std::filesystem::path& path, int repeats, unsi
 
 int bench_file_main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: ckpt_bench file PATH [--repeats N] [--dir DIR] [--threads N]\n");
+    std::fprintf(stderr, "usage: ckpt_bench file PATH [--repeats N] [--dir DIR] [--threads N] [--only CONTENDER]\n");
     return 2;
   }
   const std::filesystem::path path = argv[2];
@@ -292,12 +295,14 @@ int bench_file_main(int argc, char** argv) {
   unsigned threads = 0;
   std::filesystem::path dir = std::filesystem::temp_directory_path();
   std::filesystem::path serve_out;
+  std::string only;  // --only NAME: of the save contenders, time only NAME (for a profile)
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--repeats") repeats = std::max(1, std::atoi(argv[i + 1]));
     else if (flag == "--dir") dir = argv[i + 1];
     else if (flag == "--threads") threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
     else if (flag == "--serve") serve_out = argv[i + 1];
+    else if (flag == "--only") only = argv[i + 1];
   }
   try {
     if (!serve_out.empty()) return serve(path, serve_out, threads);
@@ -338,11 +343,15 @@ int bench_file_main(int argc, char** argv) {
     // contender inherits another's dirty pages or blocks to free.
     const FileLayout layout = file_layout(dir / ("ckpt-layout-probe" + path.extension().string()), loaded, options);
     enum Contender { kSave, kPlain, kSaveFsync, kPlainFsync, kSaveFsyncNoFlush, kSaveNoChecksum, kPlainLayout, kContenders };
+    static constexpr const char* kNames[kContenders] = {"save", "plain", "save_fsync", "plain_fsync",
+                                                        "flush_early_off_fsync", "save_no_checksum", "plain_layout"};
     double best[kContenders];
     std::fill(std::begin(best), std::end(best), 1e100);
+    std::vector<double> turns[kContenders];  // every turn's time, in order
     for (int i = 0; i < repeats; ++i) {
       for (int c = 0; c < kContenders; ++c) {
         if (c == kPlainLayout && layout.pieces.empty()) continue;
+        if (!only.empty() && only != kNames[c]) continue;
         std::filesystem::remove_all(out_dir);  // deleting the last copy is not part of a save
         ckpt::detail::drain_deferred_releases();
         std::filesystem::create_directories(out_dir);
@@ -363,7 +372,16 @@ int bench_file_main(int argc, char** argv) {
         const double t = std::chrono::duration<double>(Clock::now() - start).count();
         ckpt::detail::set_flush_early(flush_early);
         best[c] = std::min(best[c], t);
+        turns[c].push_back(t);
       }
+    }
+    // Every turn of every contender, for the medians and the spread beside the bests.
+    std::string turns_json;
+    for (int c = 0; c < kContenders; ++c) {
+      if (turns[c].empty()) continue;
+      turns_json += std::string(turns_json.empty() ? "" : ", ") + "\"" + kNames[c] + "\": [";
+      for (size_t i = 0; i < turns[c].size(); ++i) turns_json += (i == 0 ? "" : ", ") + std::to_string(turns[c][i]);
+      turns_json += "]";
     }
     const double save_s = best[kSave];
     const double save_fsync_s = best[kSaveFsync];
@@ -374,11 +392,11 @@ int bench_file_main(int argc, char** argv) {
     std::printf("{\"tensors\": %zu, \"bytes\": %llu, \"open_s\": %.9f, \"load_s\": %.9f, \"load_cpu_s\": %.9f, "
                 "\"save_s\": %.9f, \"plain_s\": %.9f, \"save_fsync_s\": %.9f, \"plain_fsync_s\": %.9f, "
                 "\"flush_early_off_fsync_s\": %.9f, \"save_no_checksum_s\": %.9f, \"plain_layout_s\": %s, \"read_s\": %.9f, "
-                "\"decode_s\": %s}\n",
+                "\"decode_s\": %s, \"turns_s\": {%s}}\n",
                 tensors, static_cast<unsigned long long>(bytes), open_s, load_s, load_cpu_s, save_s, best[kPlain], save_fsync_s,
                 best[kPlainFsync], best[kSaveFsyncNoFlush], best[kSaveNoChecksum],
                 layout.pieces.empty() ? "null" : std::to_string(best[kPlainLayout]).c_str(), read_s,
-                decode_s < 0 ? "null" : std::to_string(decode_s).c_str());
+                decode_s < 0 ? "null" : std::to_string(decode_s).c_str(), turns_json.c_str());
   } catch (const std::exception& error) {
     std::fprintf(stderr, "bench: %s\n", error.what());
     return 1;

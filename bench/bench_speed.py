@@ -5,7 +5,8 @@ peer beside it.
 
   save .safetensors (no fsync)   ckpt / plain write()       peer: safetensors.save_file
                                  (and ckpt without its per-tensor checksums / plain write(); and ckpt
-                                 / plain pwrite() of the bytes at the offsets ckpt's file holds them)
+                                 / plain pwrite() of the bytes at the offsets ckpt's file holds them; beside
+                                 the ratio of the bests, the median of each turn's plain/ckpt pair)
   durable save .pt (fsync)       ckpt / plain write()+fsync peer: torch.save + fsync
   overwriting an existing .pt    ckpt vs torch.save onto it, in pairs
   full load .safetensors         ckpt (into heap) / plain read()   peer: safetensors.load_file, touched:
@@ -25,6 +26,7 @@ one). Never part of pass/fail.
 
 import json
 import os
+import statistics
 import subprocess
 import time
 
@@ -98,7 +100,10 @@ def measure(label, sd, directory, bench, repeats):
     c_pt = ckpt_file(bench, pt, directory, repeats)
     t_over_torch, t_over_ckpt, t_over_py = overwrite_pairs(sd, pt, directory, bench, repeats,
                                                           in_process=lambda p, s: ckpt.save(p, s, fsync=False))
+    turns = c_st["turns_s"]
+    paired = statistics.median(p / s for p, s in zip(turns["plain"], turns["save"]))
     print(f"save .safetensors: ckpt / plain write() {c_st['plain_s'] / c_st['save_s']:5.2f}x"
+          f" (median of the turns' pairs {paired:5.2f}x)"
           f" | safetensors.save_file / plain {c_st['plain_s'] / t_st_save:5.2f}x"
           f" | ckpt vs safetensors {t_st_save / c_st['save_s']:5.2f}x"
           f" | ckpt without checksums / plain {c_st['plain_s'] / c_st['save_no_checksum_s']:5.2f}x"
