@@ -15,7 +15,6 @@
 #include <mutex>
 #include <thread>
 
-#include "ckpt/buffer.h"
 #include "ckpt/error.h"
 #include "core/checksum.h"
 #include "core/parallel.h"
@@ -252,9 +251,9 @@ std::vector<WriteJob> plan_jobs(const std::vector<WriteSpan>& spans) {
   return jobs;
 }
 
-// One step of the writer: a piece of one span (up to kChunkSize, or
-// kStagePiece when staged), or a gathered job's small spans in one vectored
-// write. The helper thread counts the same steps.
+// One step of the writer: a piece (up to kChunkSize) of one span, written
+// straight from its memory, or a gathered job's small spans in one vectored
+// write. The checksum thread counts the same steps.
 struct WriteStep {
   size_t first;
   size_t last;
@@ -268,9 +267,7 @@ struct WriteStep {
   }
 };
 
-// The writer's steps for `spans`: each large span in pieces of
-// `piece_size` bytes, each gathered job in one step.
-std::vector<WriteStep> plan_steps(const std::vector<WriteSpan>& spans, size_t piece_size) {
+std::vector<WriteStep> plan_steps(const std::vector<WriteSpan>& spans) {
   std::vector<WriteStep> steps;
   for (const WriteJob& job : plan_jobs(spans)) {
     if (job.last - job.first > 1) {
@@ -280,7 +277,7 @@ std::vector<WriteStep> plan_steps(const std::vector<WriteSpan>& spans, size_t pi
     const WriteSpan& span = spans[job.first];
     size_t done = 0;
     do {  // an empty span still gets its one (empty) piece, and its on_chunk
-      const auto piece = span.bytes.subspan(done, std::min(piece_size, span.bytes.size() - done));
+      const auto piece = span.bytes.subspan(done, std::min(kChunkSize, span.bytes.size() - done));
       steps.push_back({job.first, job.last, piece, span.offset + done});
       done += piece.size();
     } while (done < span.bytes.size());
@@ -288,93 +285,61 @@ std::vector<WriteStep> plan_steps(const std::vector<WriteSpan>& spans, size_t pi
   return steps;
 }
 
-// With a second thread, a large span is written in pieces of this size, each
-// first copied by that thread into one of kStageSlots staging buffers at the
-// page offset the piece has in the file. The writer's copy into the page
-// cache then reads a source already in the shared cache, page for page with
-// the file; straight from the span, the source's pages straddle the file's
-// wherever the offsets differ (a safetensors header of any length), which
-// measured 8 % slower. 2-4 MiB pieces measured fastest (8 MiB: the staged
-// copy no longer fits beside the writer's in the last-level cache).
-constexpr size_t kStagePiece = size_t{4} << 20;
-constexpr size_t kStageSlots = 2;
-constexpr size_t kPage = 4096;
+// A piece of a summed span, with the writer's step that writes it.
+struct HashPiece {
+  const WriteSpan* span;
+  std::span<const std::byte> bytes;
+  uint64_t step;
+};
 
-// Whether the helper thread stages `step` (one span's piece, not a gathered
-// run of small spans).
-bool staged(const WriteStep& step) { return step.one_span() && step.piece.size() >= kGatherBelow; }
+// How many steps the checksum thread may run ahead of the writer: it hashes
+// the piece the writer writes next, so the writer reads it from the shared
+// cache (two 8 MiB pieces fit the last-level cache of current servers).
+constexpr uint64_t kHashLead = 1;
 
-// Where step s is staged: its slot, at the page offset of step.at.
-std::byte* slot_for(Buffer& slots, uint64_t s, const WriteStep& step) {
-  return slots.mutable_bytes().data() + (s % kStageSlots) * (kStagePiece + kPage) + step.at % kPage;
-}
-
-// What a side publishes as its step count when it stopped early.
-constexpr uint64_t kFailed = UINT64_MAX;
-
-// Waits until `count` reaches `at_least` (or kFailed); returns what it saw.
-uint64_t wait_for(const std::atomic<uint64_t>& count, uint64_t at_least) {
-  uint64_t seen = count.load(std::memory_order_acquire);
-  while (seen < at_least) {
-    count.wait(seen, std::memory_order_acquire);
-    seen = count.load(std::memory_order_acquire);
-  }
-  return seen;
-}
-
-void publish(std::atomic<uint64_t>& count, uint64_t value) {
-  count.store(value, std::memory_order_release);
-  count.notify_one();
-}
+// What the writer publishes as its step count when it failed.
+constexpr uint64_t kWriterFailed = UINT64_MAX;
 
 }  // namespace
 
 void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned threads) {
+  const std::vector<WriteStep> steps = plan_steps(spans);
   if (threads == 0) threads = default_threads();
-  if (threads < 2) {
-    // One thread: each piece's on_chunk runs just before the piece is written.
-    std::vector<std::span<const std::byte>> gathered;
-    for (const WriteStep& step : plan_steps(spans, kChunkSize)) {
-      gathered.clear();
-      for (size_t i = step.first; i < step.last; ++i) {
-        if (spans[i].on_chunk) spans[i].on_chunk(step.bytes_of(spans, i));
-        gathered.push_back(step.bytes_of(spans, i));
-      }
-      write_vectored_at(gathered, step.at);
+  std::vector<HashPiece> summed;
+  for (uint64_t s = 0; s < steps.size(); ++s) {
+    for (size_t i = steps[s].first; i < steps[s].last; ++i) {
+      if (spans[i].on_chunk) summed.push_back({&spans[i], steps[s].bytes_of(spans, i), s});
     }
-    return;
   }
-  const std::vector<WriteStep> steps = plan_steps(spans, kStagePiece);
-  bool helps = false;  // anything to stage or to sum
-  for (const WriteStep& step : steps) {
-    for (size_t i = step.first; i < step.last && !helps; ++i) helps = staged(step) || spans[i].on_chunk;
-  }
-  // The helper thread stages step s (copy, then its on_chunk) once the
-  // writer has written step s - kStageSlots, whose slot it reuses; the
-  // writer writes a staged step once the helper has staged it.
-  std::atomic<uint64_t> written{0};  // steps the writer finished (kFailed: it failed)
-  std::atomic<uint64_t> ready{0};    // steps the helper finished
+  const bool alongside = threads > 1 && !summed.empty();  // on_chunk on another thread
+
+  // Steps the writer has begun (kWriterFailed once it failed); the checksum
+  // thread hashes step s once the writer has begun step s - kHashLead.
+  std::atomic<uint64_t> begun{0};
+  const auto begin_step = [&](uint64_t value) {
+    if (!alongside) return;
+    begun.store(value, std::memory_order_release);
+    begun.notify_one();
+  };
   std::exception_ptr checksum_error;
-  Buffer slots;
-  std::thread helper;
-  if (helps) {
-    slots = Buffer::allocate(kStageSlots * (kStagePiece + kPage));
-    helper = std::thread([&] {
-      for (uint64_t s = 0; s < steps.size(); ++s) {
-        const WriteStep& step = steps[s];
-        if (wait_for(written, s + 1 > kStageSlots ? s + 1 - kStageSlots : 0) == kFailed) break;
-        if (staged(step)) std::memcpy(slot_for(slots, s, step), step.piece.data(), step.piece.size());
-        // A failed checksum stops the summing, not the staging: the writer
-        // finishes, then its error is thrown.
-        for (size_t i = step.first; i < step.last && !checksum_error; ++i) {
-          if (!spans[i].on_chunk) continue;
-          try {
-            spans[i].on_chunk(step.bytes_of(spans, i));
-          } catch (...) {
-            checksum_error = std::current_exception();
+  std::thread checksums;
+  if (alongside) {
+    // One thread follows the writer in lockstep: checksums run several times
+    // faster than writes into the page cache, and hashing each piece just
+    // ahead of its write reads the source from memory once, not twice.
+    checksums = std::thread([&] {
+      try {
+        for (const HashPiece& piece : summed) {
+          uint64_t seen = begun.load(std::memory_order_acquire);
+          while (seen < piece.step + 1 - kHashLead) {
+            begun.wait(seen, std::memory_order_acquire);
+            seen = begun.load(std::memory_order_acquire);
           }
+          if (seen == kWriterFailed) break;  // nothing left to sum for
+          piece.span->on_chunk(piece.bytes);
         }
-        publish(ready, s + 1);
+      } catch (...) {
+        checksum_error = std::current_exception();
       }
     });
   }
@@ -383,21 +348,25 @@ void AtomicFile::write_parallel(const std::vector<WriteSpan>& spans, unsigned th
     std::vector<std::span<const std::byte>> gathered;
     for (uint64_t s = 0; s < steps.size(); ++s) {
       const WriteStep& step = steps[s];
-      gathered.clear();
-      if (helps && staged(step)) {
-        wait_for(ready, s + 1);
-        gathered.push_back({slot_for(slots, s, step), step.piece.size()});
-      } else {
-        for (size_t i = step.first; i < step.last; ++i) gathered.push_back(step.bytes_of(spans, i));
+      begin_step(s + 1);
+      if (!alongside) {
+        for (size_t i = step.first; i < step.last; ++i) {
+          if (spans[i].on_chunk) spans[i].on_chunk(step.bytes_of(spans, i));
+        }
       }
+      if (step.one_span()) {
+        write_at(step.piece, step.at);
+        continue;
+      }
+      gathered.clear();
+      for (size_t i = step.first; i < step.last; ++i) gathered.push_back(spans[i].bytes);
       write_vectored_at(gathered, step.at);
-      if (helps) publish(written, s + 1);
     }
   } catch (...) {
     write_error = std::current_exception();
-    if (helps) publish(written, kFailed);
+    begin_step(kWriterFailed);
   }
-  if (helper.joinable()) helper.join();
+  if (checksums.joinable()) checksums.join();
   if (write_error) std::rethrow_exception(write_error);
   if (checksum_error) std::rethrow_exception(checksum_error);
 }

@@ -70,20 +70,17 @@ class AtomicFile {
   // Throws Error{kIo} naming the final path.
   void write_at(std::span<const std::byte> bytes, uint64_t offset);
   // Writes every span, using `threads` threads (0: min(hardware threads,
-  // 4)). The calling thread writes, in file order; small spans that lie back
-  // to back in the file go out with one vectored call (pwritev, no copy).
-  // Writes into one file's page cache serialize on the file system's inode
-  // lock, so more writers gain nothing. With one thread, a large span is
-  // written in 8 MiB pieces straight from its memory, each piece's on_chunk
-  // run just before it. With more, one other thread stages each 4 MiB piece
-  // of a large span while the writer writes the one before: it copies the
-  // piece into one of two staging buffers at the page offset the piece has
-  // in the file, then runs its on_chunk (checksums), so the source is read
-  // from memory once and the writer's copy reads from cache, page for page
-  // with the file; the rest of the threads stay idle.
+  // 4)). The calling thread writes, in file order: a large span in 8 MiB
+  // pieces straight from its memory, small spans that lie back to back in
+  // the file with one vectored call (pwritev, no copy). Writes into one
+  // file's page cache serialize on the file system's inode lock, so more
+  // writers gain nothing. With more than one thread, one other thread runs
+  // the spans' on_chunk (checksums) in lockstep with the writer, at most one
+  // piece ahead of it, so the source is read from memory once (the writer
+  // finds it in cache); the rest stay idle. With one thread, each piece's
+  // on_chunk runs just before that piece is written.
   // Every on_chunk has seen all its span's bytes, in order, when this
-  // returns. Throws the first Error either side hit (after both stopped); a
-  // failed on_chunk stops the summing, not the writing.
+  // returns. Throws the first Error either side hit (after both stopped).
   void write_parallel(const std::vector<WriteSpan>& spans, unsigned threads = 0);
   // fsync (if asked) and close the file, keeping it under its temporary
   // name: for writers of many files, which would otherwise hold one
