@@ -348,6 +348,9 @@ int bench_file_main(int argc, char** argv) {
     double best[kContenders];
     std::fill(std::begin(best), std::end(best), 1e100);
     std::vector<double> turns[kContenders];  // every turn's time, in order
+    if (!only.empty() && std::find(std::begin(kNames), std::end(kNames), only) == std::end(kNames)) {
+      throw std::runtime_error("--only: no save contender named " + only);
+    }
     for (int i = 0; i < repeats; ++i) {
       for (int c = 0; c < kContenders; ++c) {
         if (c == kPlainLayout && layout.pieces.empty()) continue;
