@@ -59,6 +59,36 @@ TEST(SafetensorsGoldenTest, ReferenceForcedAlignmentVector) {
   EXPECT_EQ(read_bytes(dir / "a.safetensors"), expected);
 }
 
+TEST(SafetensorsGoldenTest, CkptFilesStartTheirDataBuffer64Aligned) {
+  // With extras the header is padded with spaces until the data buffer starts
+  // at a multiple of 64 in the file; without them, at the reference's 8.
+  TempDir dir;
+  for (size_t name_length = 1; name_length <= 80; ++name_length) {
+    Tree tree = Tree::map();
+    tree.set(std::string(name_length, 'w'), tensor_of<float>(DType::kFloat32, {3}, {1, 2, 3}));
+    tree.set("b", tensor_of<float>(DType::kFloat32, {2}, {4, 5}));
+    for (const bool extras : {true, false}) {
+      const std::filesystem::path path = dir / (extras ? "ckpt.safetensors" : "plain.safetensors");
+      save(path, tree, extras ? kWithExtras : kPlain);
+      const std::string file = read_bytes(path);
+      uint64_t length = 0;
+      std::memcpy(&length, file.data(), 8);
+      const size_t alignment = extras ? 64 : 8;
+      SCOPED_TRACE(::testing::Message() << "name length " << name_length << (extras ? ", extras" : ", plain"));
+      EXPECT_EQ((8 + length) % alignment, 0u);
+      // Only spaces pad it, fewer than the alignment.
+      const size_t json = header_of(file).size();
+      EXPECT_LT(length - json, alignment);
+      EXPECT_EQ(file.substr(8 + json, length - json), std::string(length - json, ' '));
+      // The data buffer holds the tensors back to back from there, by name.
+      EXPECT_EQ(file.substr(8 + length), f32_bytes({4, 5}) + f32_bytes({1, 2, 3}));
+      const Tree back = open(path, {.lazy = false}).tree;
+      EXPECT_TRUE(back.at("b").tensor().equals(tree.at("b").tensor()));
+      EXPECT_TRUE(back.at(std::string(name_length, 'w')).tensor().equals(tree.at(std::string(name_length, 'w')).tensor()));
+    }
+  }
+}
+
 TEST(SafetensorsGoldenTest, ReferenceEmptyVectors) {
   // tensor.rs test_empty: no tensors, without and with {"framework": "pt"}.
   TempDir dir;

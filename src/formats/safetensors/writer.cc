@@ -220,8 +220,11 @@ class HeaderBuilder {
     }
     out.end_object();
     header.text = out.take();
-    const size_t padded = (header.text.size() + kHeaderAlignment - 1) / kHeaderAlignment * kHeaderAlignment;
-    header.text.resize(padded, kHeaderPadding);
+    // The data buffer (after the length prefix and the header) starts at a
+    // multiple of the alignment.
+    const size_t alignment = options_.extras ? kDataAlignment : kHeaderAlignment;
+    const size_t data_at = (kHeaderLengthSize + header.text.size() + alignment - 1) / alignment * alignment;
+    header.text.resize(data_at - kHeaderLengthSize, kHeaderPadding);
     return header;
   }
 
