@@ -16,10 +16,13 @@ peer beside it.
                                  ckpt.open and ckpt.safetensors.safe_open  peer: safetensors.safe_open
 
 Ratios are limit-or-peer time / ckpt time (higher: ckpt faster), each time
-the best of --repeats (default 5: on this VM a 1 GiB write into the page
-cache takes 0.2 s or 1.1-1.8 s by the pages it gets, for ckpt and the plain
-write alike, and the best of three often compared a slow turn with a fast
-one). Never part of pass/fail.
+the best of --repeats (default 12: on this VM a 1 GiB write into the page
+cache takes 0.2 s or 0.6-2 s by the pages it gets, for ckpt and the plain
+write alike, the slow turns all in the kernel's copy into the fresh pages;
+one turn in three or four ran fast, and the best of five often compared a
+slow turn with a fast one: 0.78-1.37 for the save row in four runs of
+2026-12-07, 0.94-1.02 with twelve). About 9 minutes a run. Never part of
+pass/fail.
 
     .venv/bin/python bench/bench_speed.py [--repeats N] [--gib X] [--bench build/ckpt_bench]
 """
@@ -120,7 +123,7 @@ def measure(label, sd, directory, bench, repeats):
 def main():
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     run(measure, lambda d: f"torch {torch.__version__}; safetensors {safetensors.__version__}; files in {d};"
-                           f" {time.strftime('%Y-%m-%d %H:%M')}", "ckpt-bench-speed-", repeats=5)
+                           f" {time.strftime('%Y-%m-%d %H:%M')}", "ckpt-bench-speed-", repeats=12)
 
 
 if __name__ == "__main__":
